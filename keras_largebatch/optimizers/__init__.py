@@ -1,0 +1,2 @@
+from keras_largebatch.optimizers.lars import LARS
+from keras_largebatch.optimizers.lars_mixed import LARSMixed

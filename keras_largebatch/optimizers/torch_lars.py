@@ -1,0 +1,89 @@
+"""The LARS update for the torch backend with `torch._foreach_*` ops.
+
+Same arithmetic as `LARS.update_step`, batched over all float32 variables:
+norms by `_foreach_norm`, the trust ratios as one vector, and every update
+in place (out-of-place `_foreach_*` ops allocate the model's size again each
+step, which alone costs about as much as SGD). Variables of other dtypes go
+through the per-variable path.
+"""
+
+import torch
+
+from keras_largebatch.optimizers import lars as lars_module
+
+
+@torch.no_grad()
+def update_step(optimizer, grads, variables, learning_rate):
+    fused, others = [], []
+    for g, v in zip(grads, variables):
+        dense = g is not None and not g.is_sparse
+        if dense and v.dtype == "float32" and g.dtype == torch.float32:
+            fused.append((g, v))
+        else:
+            others.append((g, v))
+    for g, v in others:
+        lars_module.LARS.update_step(optimizer, g, v, learning_rate)
+    if not fused:
+        return
+    grads = [g for g, _ in fused]
+    keras_vars = [v for _, v in fused]
+    weights = [v.value for v in keras_vars]
+    device = weights[0].device
+
+    decay_list = [
+        optimizer.weight_decay if optimizer.is_decayed(v) else 0.0
+        for v in keras_vars
+    ]
+    decay = torch.tensor(decay_list, dtype=torch.float32, device=device)
+    adapted = torch.tensor(
+        [optimizer.is_adapted(v) for v in keras_vars], device=device
+    )
+    lr = torch.as_tensor(learning_rate, dtype=torch.float32, device=device)
+
+    w_norm = torch.stack(torch._foreach_norm(weights))
+    g_norm = torch.stack(torch._foreach_norm(grads))
+    valid = adapted & (w_norm > 0) & (g_norm > 0)
+    denominator = g_norm + decay * w_norm + optimizer.epsilon
+    trust = torch.where(
+        valid,
+        optimizer.eta * w_norm / torch.where(valid, denominator, 1.0),
+        1.0,
+    )
+    scale = lr * trust  # per variable: lr * trust
+    scales = list(torch.unbind(scale))
+    decayed = [i for i, d in enumerate(decay_list) if d > 0]
+
+    if optimizer.momentum:
+        momentum = optimizer.momentum
+        bufs = [
+            optimizer.momentums[optimizer._get_variable_index(v)].value
+            for v in keras_vars
+        ]
+        # v = momentum * v + scale * (g + wd * w)
+        torch._foreach_mul_(bufs, momentum)
+        torch._foreach_addcmul_(bufs, grads, scales)
+        if decayed:
+            torch._foreach_addcmul_(
+                [bufs[i] for i in decayed],
+                [weights[i] for i in decayed],
+                list(torch.unbind(scale * decay)[i] for i in decayed),
+            )
+        if optimizer.nesterov:
+            # w = w - momentum * v - scale * g - scale * wd * w
+            if decayed:
+                shrink = torch.unbind(1.0 - scale * decay)
+                torch._foreach_mul_(
+                    [weights[i] for i in decayed], [shrink[i] for i in decayed]
+                )
+            torch._foreach_add_(weights, bufs, alpha=-momentum)
+            torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
+        else:
+            torch._foreach_sub_(weights, bufs)
+    else:
+        # w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g
+        if decayed:
+            shrink = torch.unbind(1.0 - scale * decay)
+            torch._foreach_mul_(
+                [weights[i] for i in decayed], [shrink[i] for i in decayed]
+            )
+        torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))

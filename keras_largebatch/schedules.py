@@ -1,0 +1,127 @@
+"""Learning-rate schedules for large-batch training."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_largebatch.api_export import keras_largebatch_export
+
+
+@keras_largebatch_export("keras_largebatch.WarmupPolynomialDecay")
+class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup, then polynomial decay (You et al.; MLPerf LARS).
+
+    ```python
+    if step < warmup_steps:
+        lr = initial_lr + (peak_lr - initial_lr) * step / warmup_steps
+    else:
+        t = min(step - warmup_steps, decay_steps) / decay_steps
+        lr = end_lr + (peak_lr - end_lr) * (1 - t) ** power
+    ```
+
+    Args:
+        peak_learning_rate: Float > 0, the rate reached at the end of warmup.
+        warmup_steps: Int >= 0.
+        decay_steps: Int >= 1, steps of decay after warmup (the rate stays at
+            `end_learning_rate` after them).
+        end_learning_rate: Float >= 0. Defaults to `0.0001`.
+        power: Float > 0. Defaults to `2.0`.
+        initial_learning_rate: Float >= 0, the rate at step 0. Defaults to
+            `0.0`.
+        name: Defaults to `"warmup_polynomial_decay"`.
+    """
+
+    def __init__(
+        self,
+        peak_learning_rate,
+        warmup_steps,
+        decay_steps,
+        end_learning_rate=0.0001,
+        power=2.0,
+        initial_learning_rate=0.0,
+        name="warmup_polynomial_decay",
+    ):
+        _require(peak_learning_rate > 0, "peak_learning_rate", peak_learning_rate, "> 0")
+        _require(
+            isinstance(warmup_steps, int) and warmup_steps >= 0,
+            "warmup_steps", warmup_steps, "an int >= 0",
+        )
+        _require(
+            isinstance(decay_steps, int) and decay_steps >= 1,
+            "decay_steps", decay_steps, "an int >= 1",
+        )
+        _require(end_learning_rate >= 0, "end_learning_rate", end_learning_rate, ">= 0")
+        _require(power > 0, "power", power, "> 0")
+        _require(
+            initial_learning_rate >= 0,
+            "initial_learning_rate", initial_learning_rate, ">= 0",
+        )
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.warmup_steps = warmup_steps
+        self.decay_steps = decay_steps
+        self.end_learning_rate = float(end_learning_rate)
+        self.power = float(power)
+        self.initial_learning_rate = float(initial_learning_rate)
+        self.name = name
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        peak = self.peak_learning_rate
+        warmup = float(max(self.warmup_steps, 1))
+        warm = self.initial_learning_rate + (
+            peak - self.initial_learning_rate
+        ) * ops.minimum(step / warmup, 1.0)
+        t = ops.clip(
+            (step - self.warmup_steps) / float(self.decay_steps), 0.0, 1.0
+        )
+        decayed = self.end_learning_rate + (
+            peak - self.end_learning_rate
+        ) * ops.power(1.0 - t, self.power)
+        return ops.where(step < self.warmup_steps, warm, decayed)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "decay_steps": self.decay_steps,
+            "end_learning_rate": self.end_learning_rate,
+            "power": self.power,
+            "initial_learning_rate": self.initial_learning_rate,
+            "name": self.name,
+        }
+
+
+@keras_largebatch_export("keras_largebatch.scale_learning_rate")
+def scale_learning_rate(base_learning_rate, batch_size, base_batch_size=256, rule="linear"):
+    """Scales a learning rate tuned at `base_batch_size` to `batch_size`.
+
+    `rule="linear"`: `lr = base_lr * batch_size / base_batch_size` (Goyal et
+    al., 2017, arXiv:1706.02677). `rule="sqrt"`:
+    `lr = base_lr * sqrt(batch_size / base_batch_size)` (Krizhevsky, 2014,
+    arXiv:1404.5997; Hoffer et al., 2017).
+    """
+    _require(base_learning_rate > 0, "base_learning_rate", base_learning_rate, "> 0")
+    _require(
+        isinstance(batch_size, int) and batch_size >= 1,
+        "batch_size", batch_size, "an int >= 1",
+    )
+    _require(
+        isinstance(base_batch_size, int) and base_batch_size >= 1,
+        "base_batch_size", base_batch_size, "an int >= 1",
+    )
+    ratio = batch_size / base_batch_size
+    if rule == "linear":
+        return base_learning_rate * ratio
+    if rule == "sqrt":
+        return base_learning_rate * math.sqrt(ratio)
+    raise ValueError(
+        f"`rule` must be 'linear' or 'sqrt'. Received: rule={rule!r}"
+    )
+
+
+def _require(condition, name, value, expected):
+    if not condition:
+        raise ValueError(
+            f"`{name}` must be {expected}. Received: {name}={value!r}"
+        )
