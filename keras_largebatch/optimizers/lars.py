@@ -93,6 +93,8 @@ class LARS(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(variables)
+        self._lars_flags = {}
+        self._set_lars_flags(variables, variables)
         self.momentums = []
         if self.momentum:
             self.momentums = [
@@ -105,8 +107,20 @@ class LARS(keras.optimizers.Optimizer):
                 for v in variables
             ]
 
+    def _set_lars_flags(self, variables, sources):
+        # Static per-variable (updatable, decayed, adapted), keyed like the optimizer's
+        # slots: the TensorFlow backend hands `update_step` the raw
+        # tf.Variable, which has no Keras `path`. `LARSMixed` points its
+        # float32 masters at the model variables they stand for.
+        for v, source in zip(variables, sources):
+            self._lars_flags[self._var_key(v)] = (
+                _is_updatable(source),
+                self.is_decayed(source),
+                self.is_adapted(source),
+            )
+
     def is_decayed(self, variable):
-        """Whether `variable` gets weight decay (static, per variable)."""
+        """Whether the Keras `variable` gets weight decay."""
         return (
             self.weight_decay > 0
             and decay.is_kernel_like(variable)
@@ -115,7 +129,7 @@ class LARS(keras.optimizers.Optimizer):
         )
 
     def is_adapted(self, variable):
-        """Whether `variable` gets a layer-wise trust ratio (static)."""
+        """Whether the Keras `variable` gets a layer-wise trust ratio."""
         return decay.is_kernel_like(variable) and not decay.matches_any(
             variable, self._adaptation_excludes
         )
@@ -139,12 +153,15 @@ class LARS(keras.optimizers.Optimizer):
     it to False to check the fused path against the per-variable one."""
 
     def update_step(self, gradient, variable, learning_rate):
+        updatable, decayed, adapted = self._lars_flags[self._var_key(variable)]
+        if not updatable:
+            return
         w = ops.cast(variable, "float32")
-        g = ops.cast(gradient, "float32")
+        g = ops.cast(_densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
-        wd = self.weight_decay if self.is_decayed(variable) else 0.0
+        wd = self.weight_decay if decayed else 0.0
         update = ops.add(g, ops.multiply(w, wd)) if wd else g
-        if self.is_adapted(variable):
+        if adapted:
             w_norm = ops.sqrt(ops.sum(ops.square(w)))
             g_norm = ops.sqrt(ops.sum(ops.square(g)))
             valid = ops.logical_and(w_norm > 0, g_norm > 0)
@@ -186,6 +203,22 @@ class LARS(keras.optimizers.Optimizer):
         return config
 
 
+def _is_updatable(variable):
+    dtype = keras.backend.standardize_dtype(variable.dtype)
+    return variable.trainable and keras.backend.is_float_dtype(dtype)
+
+
+def _densify(gradient):
+    # TensorFlow gives `IndexedSlices` for `Embedding` lookups; the trust
+    # ratio needs the norm of the full gradient, so make it dense.
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+    return gradient
+
+
 def _as_list(patterns):
     return None if patterns is None else list(patterns)
 
@@ -218,6 +251,6 @@ def _check_hyperparameters(
         )
     if nesterov and not momentum > 0:
         raise ValueError(
-            "`nesterov=True` needs `momentum` > 0. "
+            "`nesterov` needs `momentum` > 0. "
             f"Received: nesterov={nesterov}, momentum={momentum}"
         )

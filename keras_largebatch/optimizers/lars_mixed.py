@@ -119,8 +119,13 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
                     initializer=_copy_of(v),
                     name=f"{v.name}_master",
                 )
-        self.inner_optimizer.build([self._target(v) for v in var_list])
+        targets = [self._target(v) for v in var_list]
+        self.inner_optimizer.build(targets)
+        self.inner_optimizer._set_lars_flags(targets, var_list)
         keras.optimizers.Optimizer.build(self, var_list)
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        self.inner_optimizer.exclude_from_weight_decay(var_list, var_names)
 
     def _target(self, variable):
         return self._masters.get(self._var_key(variable), variable)
@@ -138,11 +143,12 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
         for v, master in zip(variables, targets):
             if master is not v:
                 # Re-sync a master whose variable was set from outside.
+                m, w = master.value, v.value
                 master.assign(
                     ops.where(
-                        ops.equal(ops.cast(master, v.dtype), v),
-                        master,
-                        ops.cast(v, "float32"),
+                        ops.equal(ops.cast(m, w.dtype), w),
+                        m,
+                        ops.cast(w, "float32"),
                     )
                 )
         self.inner_optimizer.apply(unscaled, trainable_variables=targets)
@@ -151,13 +157,11 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
                 v.assign(ops.cast(master, v.dtype))
         # Grow the scale after `dynamic_growth_steps` finite steps. No cond:
         # branches that assign cannot be traced statelessly (JAX).
-        grow = ops.equal(self.step_counter, self.dynamic_growth_steps - 1)
-        self.dynamic_scale.assign(
-            ops.where(grow, self.dynamic_scale * 2.0, self.dynamic_scale)
-        )
+        counter, scale = self.step_counter.value, self.dynamic_scale.value
+        grow = ops.equal(counter, self.dynamic_growth_steps - 1)
+        self.dynamic_scale.assign(ops.where(grow, scale * 2.0, scale))
         self.step_counter.assign(
-            ops.where(grow, ops.zeros_like(self.step_counter),
-                      self.step_counter + 1)
+            ops.where(grow, ops.zeros_like(counter), counter + 1)
         )
 
     def _common_apply(self, grads, trainable_variables=None):

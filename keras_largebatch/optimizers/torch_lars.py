@@ -7,6 +7,7 @@ step, which alone costs about as much as SGD). Variables of other dtypes go
 through the per-variable path.
 """
 
+import keras
 import torch
 
 from keras_largebatch.optimizers import lars as lars_module
@@ -16,8 +17,11 @@ from keras_largebatch.optimizers import lars as lars_module
 def update_step(optimizer, grads, variables, learning_rate):
     fused, others = [], []
     for g, v in zip(grads, variables):
+        if g is not None and not torch.is_tensor(g):
+            g = keras.ops.convert_to_tensor(g)
         dense = g is not None and not g.is_sparse
-        if dense and v.dtype == "float32" and g.dtype == torch.float32:
+        float32 = v.dtype == "float32" and g.dtype == torch.float32
+        if dense and float32 and optimizer._lars_flags[optimizer._var_key(v)][0]:
             fused.append((g, v))
         else:
             others.append((g, v))
@@ -30,15 +34,11 @@ def update_step(optimizer, grads, variables, learning_rate):
     weights = [v.value for v in keras_vars]
     device = weights[0].device
 
-    decay_list = [
-        optimizer.weight_decay if optimizer.is_decayed(v) else 0.0
-        for v in keras_vars
-    ]
+    flags = [optimizer._lars_flags[optimizer._var_key(v)] for v in keras_vars]
+    decay_list = [optimizer.weight_decay if d else 0.0 for _, d, _ in flags]
     decay = torch.tensor(decay_list, dtype=torch.float32, device=device)
-    adapted = torch.tensor(
-        [optimizer.is_adapted(v) for v in keras_vars], device=device
-    )
-    lr = torch.as_tensor(learning_rate, dtype=torch.float32, device=device)
+    adapted = torch.tensor([a for _, _, a in flags], device=device)
+    lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
     w_norm = torch.stack(torch._foreach_norm(weights))
     g_norm = torch.stack(torch._foreach_norm(grads))

@@ -1,0 +1,297 @@
+"""Input pipelines: embedded digits, class folders, TFRecords, synthetic.
+
+Every loader returns a `DataSpec` of unbatched `tf.data` pipelines yielding
+`(image, one_hot_label)` with float32 images in [0, 1] of shape
+`(image_size, image_size, 3)`; `tf.data` feeds `fit` on every backend.
+Everything that can be checked is checked here, before the job writes
+anything: a missing folder, no images, a file that does not decode, a
+TFRecord without ImageNet's features.
+"""
+
+import dataclasses
+import glob
+import os
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
+KERAS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+
+
+class DataError(ValueError):
+    """Bad data input (the command reports it on one line, exit code 2)."""
+
+
+@dataclasses.dataclass
+class DataSpec:
+    name: str
+    train: object
+    validation: object
+    num_classes: int
+    num_train: int
+    num_validation: int
+    grayscale_digits: bool = False
+
+
+def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
+         check_images=True):
+    """Builds the `DataSpec` for `--dataset`; raises `DataError`."""
+    if dataset == "digits":
+        return load_digits(image_size, seed)
+    if dataset == "synthetic":
+        return load_synthetic(image_size, num_classes or 10, seed)
+    if dataset == "directory":
+        return load_directory(data_dir, image_size, seed, check_images)
+    if dataset == "tfrecord":
+        return load_tfrecord(data_dir, image_size, num_classes or 1000)
+    if dataset in KERAS_DATASETS:
+        return load_keras_dataset(dataset, image_size)
+    raise DataError(
+        f"`dataset` must be one of digits, directory, tfrecord, synthetic, "
+        f"{', '.join(KERAS_DATASETS)}. Received: dataset={dataset!r}"
+    )
+
+
+def load_digits(image_size, seed=0):
+    """scikit-learn's digits: 1,797 real 8x8 scans, 80/20 stratified split.
+
+    The images ship inside the scikit-learn wheel, so this needs no network.
+    They are upsampled (bilinear) to `image_size` and repeated to 3 channels.
+    """
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = sk_digits()
+    x = (digits.images / 16.0).astype("float32")[..., None]
+    x_train, x_val, y_train, y_val = train_test_split(
+        x, digits.target, test_size=0.2, stratify=digits.target,
+        random_state=seed,
+    )
+    spec = _from_arrays("digits", x_train, y_train, x_val, y_val, 10,
+                        image_size)
+    spec.grayscale_digits = True
+    return spec
+
+
+def load_keras_dataset(name, image_size):
+    """`keras.datasets.<name>.load_data()` (downloads once to ~/.keras)."""
+    import keras
+
+    try:
+        (x_train, y_train), (x_val, y_val) = getattr(
+            keras.datasets, name
+        ).load_data()
+    except Exception as e:  # Offline or a broken cache.
+        raise DataError(
+            f"Could not load keras.datasets.{name} (it downloads once to "
+            f"~/.keras/datasets): {type(e).__name__}: {e}. "
+            f"Received: dataset={name!r}"
+        ) from None
+    if x_train.ndim == 3:
+        x_train, x_val = x_train[..., None], x_val[..., None]
+    num_classes = int(max(y_train.max(), y_val.max())) + 1
+    spec = _from_arrays(
+        name, x_train.astype("float32") / 255.0, y_train.reshape(-1),
+        x_val.astype("float32") / 255.0, y_val.reshape(-1), num_classes,
+        image_size,
+    )
+    spec.grayscale_digits = name == "mnist"
+    return spec
+
+
+def load_synthetic(image_size, num_classes, seed=0, num_examples=1024):
+    """Random images and labels: only for throughput."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((num_examples, image_size, image_size, 3), "float32")
+    y = rng.integers(0, num_classes, num_examples)
+    n_val = num_examples // 8
+    return _from_arrays("synthetic", x[n_val:], y[n_val:], x[:n_val],
+                        y[:n_val], num_classes, image_size)
+
+
+def _from_arrays(name, x_train, y_train, x_val, y_val, num_classes,
+                 image_size):
+    import tensorflow as tf
+
+    def make(x, y):
+        x = tf.image.resize(x, (image_size, image_size), "bilinear")
+        if x.shape[-1] == 1:
+            x = tf.repeat(x, 3, axis=-1)
+        labels = tf.one_hot(np.asarray(y, "int64"), num_classes)
+        return tf.data.Dataset.from_tensor_slices((x, labels))
+
+    return DataSpec(name, make(x_train, y_train), make(x_val, y_val),
+                    num_classes, len(x_train), len(x_val))
+
+
+def load_directory(data_dir, image_size, seed=0, check_images=True):
+    """A folder of class subfolders (`keras.utils.image_dataset_from_directory`).
+
+    With `train/` and `validation/` (or `val/`) inside, those are used;
+    otherwise the folder is split 80/20.
+    """
+    import keras
+
+    root = _existing_dir(data_dir)
+    split = None
+    for val_name in ("validation", "val"):
+        train_dir = os.path.join(root, "train")
+        val_dir = os.path.join(root, val_name)
+        if os.path.isdir(train_dir) and os.path.isdir(val_dir):
+            split = (train_dir, val_dir)
+    folders = split or (root,)
+    classes = None
+    for folder in folders:
+        found = _check_class_folders(folder, check_images)
+        if classes is not None and found != classes:
+            raise DataError(
+                f"`data_dir` train/ and validation/ have different classes: "
+                f"{classes} vs {found}. Received: data_dir={data_dir!r}"
+            )
+        classes = found
+    kwargs = dict(label_mode="categorical", image_size=(image_size,) * 2,
+                  batch_size=None, seed=seed, verbose=False)
+    if split:
+        train = keras.utils.image_dataset_from_directory(split[0], **kwargs)
+        val = keras.utils.image_dataset_from_directory(
+            split[1], shuffle=False, **kwargs)
+    else:
+        train, val = keras.utils.image_dataset_from_directory(
+            root, validation_split=0.2, subset="both", **kwargs)
+    num_train = len(train.file_paths)
+    num_val = len(val.file_paths)
+    if num_train == 0 or num_val == 0:
+        raise DataError(
+            f"`data_dir` needs images for both training and validation "
+            f"(found {num_train} and {num_val}). Received: "
+            f"data_dir={data_dir!r}"
+        )
+    scale = lambda x, y: (x / 255.0, y)  # noqa: E731
+    return DataSpec("directory", train.map(scale), val.map(scale),
+                    len(classes), num_train, num_val)
+
+
+def _existing_dir(data_dir):
+    if not data_dir:
+        raise DataError(
+            "`data_dir` is required for this data set. Received: "
+            f"data_dir={data_dir!r}"
+        )
+    if not os.path.isdir(data_dir):
+        raise DataError(
+            f"`data_dir` does not exist or is not a directory. Received: "
+            f"data_dir={data_dir!r}"
+        )
+    return data_dir
+
+
+def _check_class_folders(folder, check_images):
+    classes = sorted(
+        d for d in os.listdir(folder)
+        if os.path.isdir(os.path.join(folder, d))
+    )
+    if not classes:
+        raise DataError(
+            f"`data_dir` must hold one subfolder per class; none in "
+            f"{folder!r}. Received: data_dir={folder!r}"
+        )
+    if check_images:
+        import tensorflow as tf
+
+        for name in classes:
+            class_dir = os.path.join(folder, name)
+            for file in sorted(os.listdir(class_dir)):
+                if not file.lower().endswith(IMAGE_EXTENSIONS):
+                    continue
+                path = os.path.join(class_dir, file)
+                try:
+                    data = tf.io.read_file(path)
+                    tf.io.decode_image(data, channels=3,
+                                       expand_animations=False)
+                except Exception:
+                    raise DataError(
+                        f"Image file does not decode (corrupt or not an "
+                        f"image): {path}. Received: data_dir={folder!r}"
+                    ) from None
+    return classes
+
+
+def load_tfrecord(data_dir, image_size, num_classes=1000):
+    """ImageNet-format TFRecords as written by the TF models garden.
+
+    Files `train-*` and `validation-*` in `data_dir`; features
+    `image/encoded` (JPEG or PNG bytes) and `image/class/label` (int64,
+    1-based: 1..num_classes, as in the garden's ImageNet conversion).
+    """
+    import tensorflow as tf
+
+    root = _existing_dir(data_dir)
+    files = {}
+    for split in ("train", "validation"):
+        files[split] = sorted(glob.glob(os.path.join(root, f"{split}-*")))
+        if not files[split]:
+            raise DataError(
+                f"`data_dir` has no {split}-* TFRecord files. Received: "
+                f"data_dir={data_dir!r}"
+            )
+    features = {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, features)
+        image = tf.io.decode_image(example["image/encoded"], channels=3,
+                                   expand_animations=False)
+        image = tf.image.resize(image, (image_size, image_size)) / 255.0
+        label = tf.one_hot(example["image/class/label"] - 1, num_classes)
+        return image, label
+
+    counts = {}
+    for split, paths in files.items():
+        first = next(iter(tf.data.TFRecordDataset(paths[:1])), None)
+        try:
+            if first is None:
+                raise ValueError("empty file")
+            example = tf.io.parse_single_example(first, features)
+            label = int(example["image/class/label"])
+            parse(first)
+        except Exception as e:
+            raise DataError(
+                f"{paths[0]} is not an ImageNet-format TFRecord "
+                f"(image/encoded, image/class/label): "
+                f"{str(e).splitlines()[0][:200]}. "
+                f"Received: data_dir={data_dir!r}"
+            ) from None
+        if not 1 <= label <= num_classes:
+            raise DataError(
+                f"`image/class/label` must be 1-based in [1, "
+                f"{num_classes}]; {paths[0]} holds {label}. Set "
+                f"--num_classes. Received: num_classes={num_classes}"
+            )
+        counts[split] = sum(1 for _ in tf.data.TFRecordDataset(paths))
+    train = tf.data.TFRecordDataset(files["train"]).map(
+        parse, num_parallel_calls=tf.data.AUTOTUNE)
+    val = tf.data.TFRecordDataset(files["validation"]).map(
+        parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return DataSpec("tfrecord", train, val, num_classes, counts["train"],
+                    counts["validation"])
+
+
+def batch(spec, global_batch_size, augmenter=None, seed=0,
+          drop_remainder=False):
+    """Shuffles, augments and batches; returns `(train_ds, val_ds)`."""
+    import tensorflow as tf
+
+    train = spec.train.shuffle(
+        min(spec.num_train, 10_000), seed=seed, reshuffle_each_iteration=True
+    ).batch(global_batch_size, drop_remainder=drop_remainder)
+    if augmenter is not None:
+        train = train.map(lambda x, y: (augmenter(x, training=True), y),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+    normalize = lambda x, y: ((x - 0.5) * 2.0, y)  # noqa: E731
+    train = train.map(normalize).prefetch(tf.data.AUTOTUNE)
+    val = spec.validation.batch(
+        global_batch_size, drop_remainder=drop_remainder
+    ).map(normalize).prefetch(tf.data.AUTOTUNE)
+    return train, val

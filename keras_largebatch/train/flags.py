@@ -1,0 +1,108 @@
+"""Command-line flags of `keras-largebatch-train` (absl, Model Garden style).
+
+The defaults are the embedded default run: AlexNet-BN at its minimum input
+(67x67) on scikit-learn's digits, batch 32, LARSMixed with warmup and
+polynomial decay, 6 epochs, a few minutes on a 2-core CPU.
+"""
+
+from absl import flags
+
+MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5")
+DATASETS = (
+    "digits",
+    "directory",
+    "tfrecord",
+    "synthetic",
+    "mnist",
+    "fashion_mnist",
+    "cifar10",
+    "cifar100",
+)
+OPTIMIZERS = ("lars_mixed", "lars", "sgd")
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+DISTRIBUTIONS = ("none", "multi_worker", "data_parallel")
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """Defines the flags once (absl flags are process-global)."""
+    if "model" in FLAGS:
+        return
+    flags.DEFINE_enum("model", "alexnet_bn", MODELS, "Architecture.")
+    flags.DEFINE_enum(
+        "dataset", "digits", DATASETS,
+        "digits: embedded (scikit-learn, no download); directory: class "
+        "subfolders under --data_dir (with train/ and validation/ or split "
+        "80/20); tfrecord: ImageNet-format train-*/validation-* files in "
+        "--data_dir; synthetic: random images, for throughput; the others: "
+        "keras.datasets (download once).",
+    )
+    flags.DEFINE_string("data_dir", None, "Data for directory and tfrecord.")
+    flags.DEFINE_integer(
+        "num_classes", 0,
+        "Classes for tfrecord (default 1000) and synthetic (default 10); "
+        "inferred elsewhere.",
+    )
+    flags.DEFINE_integer(
+        "image_size", 0,
+        "Square input size; 0 means 67 for alexnet_bn (its minimum) and 32 "
+        "for resnet50.",
+    )
+    flags.DEFINE_integer("global_batch_size", 32, "Batch over all replicas.")
+    flags.DEFINE_float(
+        "base_learning_rate", 0.0,
+        "Rate at --base_batch_size, scaled by --lr_scaling to the global "
+        "batch; 0 means 0.1 for sgd and 2.0 for lars and lars_mixed.",
+    )
+    flags.DEFINE_integer("base_batch_size", 256, "Batch of the base rate.")
+    flags.DEFINE_enum(
+        "lr_scaling", "linear", ("linear", "sqrt", "none"),
+        "How the base rate scales with the global batch.",
+    )
+    flags.DEFINE_float("warmup_epochs", 1.0, "Linear warmup length.")
+    flags.DEFINE_float("end_learning_rate", 1e-4, "Rate after decay.")
+    flags.DEFINE_float("poly_power", 2.0, "Power of the polynomial decay.")
+    flags.DEFINE_integer("epochs", 6, "Training epochs.")
+    flags.DEFINE_integer(
+        "steps_per_epoch", 0, "Limit steps per epoch (0: whole data set).")
+    flags.DEFINE_enum("optimizer", "lars_mixed", OPTIMIZERS, "Optimizer.")
+    flags.DEFINE_float("momentum", 0.9, "Momentum.")
+    flags.DEFINE_float("eta", 0.001, "LARS trust coefficient.")
+    flags.DEFINE_float(
+        "weight_decay", 5e-4, "L2 decay on kernels (never biases or BN).")
+    flags.DEFINE_enum(
+        "precision", "auto", PRECISIONS,
+        "auto: mixed_float16 on a GPU, float32 on a CPU.",
+    )
+    flags.DEFINE_float("label_smoothing", 0.0, "Label smoothing.")
+    flags.DEFINE_float(
+        "bn_momentum", 0.9,
+        "Batch-norm moving-average momentum (0.9 as in MLPerf's ResNet; "
+        "Keras' 0.99 lags behind in runs of a few hundred steps).",
+    )
+    flags.DEFINE_enum(
+        "augment", "auto", ("auto", "none", "light", "crop_flip"),
+        "auto: light (shift/zoom, no flip) for digit data sets, crop_flip "
+        "for photos.",
+    )
+    flags.DEFINE_string("model_dir", None, "Outputs and checkpoints.")
+    flags.DEFINE_string(
+        "init_weights", None,
+        "A .weights.h5 of the same architecture; the classifier is skipped "
+        "when the number of classes differs (fine-tuning).",
+    )
+    flags.DEFINE_enum(
+        "distribution", "none", DISTRIBUTIONS,
+        "multi_worker: keras_largebatch.distribute with TF_CONFIG "
+        "(TensorFlow); data_parallel: keras.distribution over local devices "
+        "(JAX).",
+    )
+    flags.DEFINE_integer("seed", 0, "Seed for splits, shuffling and init.")
+    flags.DEFINE_integer(
+        "verbose", 1, "Keras fit verbosity: 1 progress bar, 2 one line.")
+    flags.DEFINE_boolean(
+        "check_images", True,
+        "Decode every image of a directory data set before training, so "
+        "a corrupt file fails fast.",
+    )

@@ -1,0 +1,300 @@
+"""`keras-largebatch-train`: the large-batch training job.
+
+    keras-largebatch-train --model_dir /tmp/run1
+
+trains AlexNet-BN (67x67) on the embedded digits with LARSMixed, warmup and
+polynomial decay, shows Keras' progress bar and writes `summary.json`,
+`learning_curves.png` and checkpoints (see `outputs.py`). Running it again
+with the same `--model_dir` resumes from the last finished epoch.
+
+Every input is checked before anything is written; a bad one (unknown
+model or data set, a global batch not divisible by the replicas, a missing
+folder, a corrupt image, `--init_weights` of another architecture) ends the
+command with a one-line error on stderr and exit code 2.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from keras_largebatch.train import flags as train_flags
+
+PROG = "keras-largebatch-train"
+
+
+def run(argv=None):
+    """Console-script entry point."""
+    sys.exit(main(sys.argv if argv is None else argv))
+
+
+def main(argv):
+    """Parses `argv` (argv[0] is the program) and trains; returns the exit code."""
+    start = time.perf_counter()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    train_flags.define_flags()
+    if "help" not in flags.FLAGS:
+        app.define_help_flags()
+    FLAGS = flags.FLAGS
+    FLAGS.unparse_flags()
+    try:
+        rest = FLAGS(list(argv))
+    except flags.Error as e:
+        return fail(e)
+    if len(rest) > 1:
+        return fail(f"Unexpected arguments: {' '.join(rest[1:])}")
+    try:
+        job = prepare(FLAGS)
+    except (ValueError, OSError) as e:
+        return fail(e)
+    return train(job, start)
+
+
+def fail(error):
+    message = " ".join(str(error).split())
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+class Job:
+    """Everything checked and built, nothing written yet."""
+
+
+def prepare(FLAGS):
+    """Checks every input and builds data, model and optimizer (no writes)."""
+    import keras
+
+    from keras_largebatch.train import augment
+    from keras_largebatch.train import data
+    from keras_largebatch.train import outputs
+    from keras_largebatch.train import recipe
+
+    job = Job()
+    job.flags = {name: FLAGS[name].value for name in _flag_names()}
+    size = FLAGS.image_size or recipe.DEFAULT_IMAGE_SIZE[FLAGS.model]
+    minimum = recipe.MIN_IMAGE_SIZE[FLAGS.model]
+    if size < minimum:
+        raise ValueError(
+            f"`image_size` must be at least {minimum} for {FLAGS.model}. "
+            f"Received: image_size={size}"
+        )
+    _check(FLAGS.global_batch_size >= 1, "global_batch_size", ">= 1")
+    _check(FLAGS.epochs >= 1, "epochs", ">= 1")
+    _check(FLAGS.steps_per_epoch >= 0, "steps_per_epoch", ">= 0")
+    _check(FLAGS.warmup_epochs >= 0, "warmup_epochs", ">= 0")
+    _check(FLAGS.base_learning_rate >= 0, "base_learning_rate", ">= 0")
+    _check(FLAGS.weight_decay >= 0, "weight_decay", ">= 0")
+    _check(FLAGS.eta > 0, "eta", "> 0")
+    _check(0 <= FLAGS.label_smoothing < 1, "label_smoothing", "in [0, 1)")
+    _check(0 <= FLAGS.bn_momentum < 1, "bn_momentum", "in [0, 1)")
+    _check(FLAGS.num_classes >= 0, "num_classes", ">= 0")
+    if FLAGS.init_weights and not os.path.isfile(FLAGS.init_weights):
+        raise ValueError(
+            "`init_weights` is not a file. Received: "
+            f"init_weights={FLAGS.init_weights!r}"
+        )
+    if not FLAGS.model_dir:
+        raise ValueError("`model_dir` is required. Received: model_dir=None")
+
+    job.strategy, job.replicas, job.chief, job.task = _distribution(FLAGS)
+    if FLAGS.global_batch_size % job.replicas:
+        raise ValueError(
+            f"`global_batch_size` must be divisible by the number of "
+            f"replicas ({job.replicas}). Received: "
+            f"global_batch_size={FLAGS.global_batch_size}"
+        )
+    keras.utils.set_random_seed(FLAGS.seed)
+    job.precision = recipe.resolve_precision(FLAGS.precision)
+    keras.mixed_precision.set_dtype_policy(job.precision)
+
+    spec = data.load(FLAGS.dataset, size, FLAGS.data_dir, FLAGS.num_classes,
+                     FLAGS.seed, FLAGS.check_images)
+    job.spec, job.image_size = spec, size
+    job.run_config = dict(job.flags, image_size=size,
+                          num_classes=spec.num_classes)
+    job.resuming = outputs.check_model_dir(FLAGS.model_dir, job.run_config)
+
+    policy = augment.policy_for(FLAGS.augment, FLAGS.dataset)
+    augmenter = augment.build(policy, size, FLAGS.seed)
+    drop = job.replicas > 1
+    job.train_ds, job.val_ds = data.batch(
+        spec, FLAGS.global_batch_size, augmenter, FLAGS.seed, drop)
+    per_epoch = (spec.num_train // FLAGS.global_batch_size if drop
+                 else math.ceil(spec.num_train / FLAGS.global_batch_size))
+    if per_epoch < 1:
+        raise ValueError(
+            f"`global_batch_size` is larger than the {spec.num_train} "
+            f"training images. Received: "
+            f"global_batch_size={FLAGS.global_batch_size}"
+        )
+    job.steps_per_epoch = None
+    if FLAGS.steps_per_epoch:
+        job.steps_per_epoch = FLAGS.steps_per_epoch
+        per_epoch = FLAGS.steps_per_epoch
+        job.train_ds = job.train_ds.repeat()
+
+    job.peak_lr = recipe.peak_learning_rate(
+        FLAGS.optimizer, FLAGS.base_learning_rate, FLAGS.global_batch_size,
+        FLAGS.base_batch_size, FLAGS.lr_scaling)
+    with _scope(job.strategy):
+        model = recipe.build_model(FLAGS.model, size, spec.num_classes,
+                                     FLAGS.bn_momentum)
+        if FLAGS.init_weights:
+            recipe.load_init_weights(model, FLAGS.init_weights)
+        lr = recipe.schedule(job.peak_lr, per_epoch, FLAGS.epochs,
+                             FLAGS.warmup_epochs, FLAGS.end_learning_rate,
+                             FLAGS.poly_power)
+        optimizer = recipe.build_optimizer(
+            FLAGS.optimizer, lr, model, FLAGS.momentum, FLAGS.eta,
+            FLAGS.weight_decay)
+        recipe.compile_model(model, optimizer, FLAGS.label_smoothing)
+    job.model = model
+    job.model_dir = FLAGS.model_dir
+    return job
+
+
+def train(job, start):
+    """Creates `model_dir`, fits (resuming), evaluates and writes outputs."""
+    import keras
+
+    from keras_largebatch.train import outputs
+
+    F = job.flags
+    out_dir = job.model_dir if job.chief else os.path.join(
+        job.model_dir, f"worker_{job.task}")
+    os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
+    if job.chief:
+        outputs.write_json(os.path.join(out_dir, "run_config.json"),
+                           job.run_config)
+    throughput = outputs.Throughput(F["global_batch_size"])
+    callbacks = [
+        keras.callbacks.BackupAndRestore(
+            os.path.join(out_dir, "backup"), delete_checkpoint=False),
+        keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
+                                  append=True),
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(out_dir, "checkpoints", "epoch_{epoch:03d}.weights.h5"),
+            save_weights_only=True),
+        throughput,
+    ]
+    history = job.model.fit(
+        job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
+        steps_per_epoch=job.steps_per_epoch, callbacks=callbacks,
+        verbose=F["verbose"],
+    )
+    epochs_run = len(history.epoch)
+    val_accuracy = float(
+        job.model.evaluate(job.val_ds, verbose=0, return_dict=True)[
+            "accuracy"])
+    outputs.save_weights_atomic(
+        job.model, os.path.join(out_dir, "checkpoints", "final.weights.h5"))
+    summary_path = os.path.join(out_dir, "summary.json")
+    images_per_sec = throughput.images_per_sec(job.spec.num_train)
+    if images_per_sec is None and os.path.exists(summary_path):
+        with open(summary_path) as f:
+            images_per_sec = json.load(f).get("images_per_sec")
+    summary = {
+        "model": F["model"],
+        "dataset": F["dataset"],
+        "global_batch_size": F["global_batch_size"],
+        "epochs": F["epochs"],
+        "epochs_run_now": epochs_run,
+        "val_accuracy": val_accuracy,
+        "images_per_sec": images_per_sec,
+        "wall_seconds": time.perf_counter() - start,
+        "image_size": job.image_size,
+        "optimizer": F["optimizer"],
+        "peak_learning_rate": job.peak_lr,
+        "precision": job.precision,
+        "backend": keras.backend.backend(),
+        "replicas": job.replicas,
+        "num_train": job.spec.num_train,
+        "num_validation": job.spec.num_validation,
+    }
+    if job.chief:
+        outputs.plot_learning_curves(
+            outputs.read_history(os.path.join(out_dir, "history.csv")),
+            os.path.join(out_dir, "learning_curves.png"),
+            f"{F['model']} on {F['dataset']}, batch {F['global_batch_size']}"
+            f", {F['optimizer']}",
+        )
+        outputs.write_json(summary_path, summary)
+    print(f"{PROG}: val_accuracy={val_accuracy:.4f} "
+          f"images_per_sec={images_per_sec or 0:.1f} "
+          f"wall_seconds={summary['wall_seconds']:.1f} -> {summary_path}")
+    return 0
+
+
+def _flag_names():
+    return [
+        "model", "dataset", "data_dir", "num_classes", "image_size",
+        "global_batch_size", "base_learning_rate", "base_batch_size",
+        "lr_scaling", "warmup_epochs", "end_learning_rate", "poly_power",
+        "epochs", "steps_per_epoch", "optimizer", "momentum", "eta",
+        "weight_decay", "precision", "label_smoothing", "bn_momentum",
+        "augment",
+        "init_weights", "distribution", "seed", "verbose", "check_images",
+    ]
+
+
+def _check(condition, name, expected):
+    if not condition:
+        value = flags.FLAGS[name].value
+        raise ValueError(f"`{name}` must be {expected}. Received: {name}={value}")
+
+
+def _distribution(FLAGS):
+    """Returns (tf strategy or None, replicas, is_chief, task index)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if FLAGS.distribution == "none":
+        return None, 1, True, 0
+    if FLAGS.distribution == "data_parallel":
+        if backend != "jax":
+            raise ValueError(
+                "`distribution=data_parallel` uses keras.distribution, which "
+                f"needs the JAX backend. Received: backend={backend}")
+        devices = keras.distribution.list_devices()
+        keras.distribution.set_distribution(
+            keras.distribution.DataParallel(devices=devices))
+        return None, len(devices), True, 0
+    if backend != "tensorflow":
+        raise ValueError(
+            "`distribution=multi_worker` needs the TensorFlow backend "
+            f"(KERAS_BACKEND=tensorflow). Received: backend={backend}")
+    from keras_largebatch import distribute
+
+    raw = os.environ.get("TF_CONFIG")
+    try:
+        tf_config = json.loads(raw) if raw is not None else {}
+    except json.JSONDecodeError:
+        raise ValueError(
+            "The TF_CONFIG environment variable must be JSON (or unset for "
+            f"one worker). Received: TF_CONFIG={raw!r}") from None
+    task = tf_config.get("task", {})
+    cluster = tf_config.get("cluster", {})
+    chief = task.get("type", "worker") == "chief" or (
+        "chief" not in cluster and task.get("index", 0) == 0)
+    strategy = distribute.MultiWorkerMirroredStrategy()
+    return strategy, strategy.num_replicas_in_sync, chief, task.get("index", 0)
+
+
+class _NullScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _scope(strategy):
+    return strategy.scope() if strategy is not None else _NullScope()
+
+
+if __name__ == "__main__":
+    run()

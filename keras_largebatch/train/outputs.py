@@ -1,0 +1,164 @@
+"""What a run leaves in `model_dir`, each file written atomically.
+
+    summary.json            model, dataset, global_batch_size, epochs,
+                            val_accuracy, images_per_sec, wall_seconds, ...
+    learning_curves.png     loss and accuracy per epoch (train, validation)
+    history.csv             one row per epoch, kept across resumed runs
+    run_config.json         the flags of the run (checked when resuming)
+    checkpoints/epoch_NNN.weights.h5, final.weights.h5
+    backup/                 keras.callbacks.BackupAndRestore state (resume)
+
+Nothing is written before every input has been checked; each file is
+written to a temporary name in the same folder and renamed over the old
+one, so a failed run never leaves a half-written file.
+"""
+
+import csv
+import json
+import os
+import tempfile
+import time
+
+import keras
+
+# Flags that must agree with an existing run for it to be resumed.
+RESUME_KEYS = ("model", "dataset", "data_dir", "image_size",
+               "global_batch_size", "optimizer", "num_classes")
+
+
+class OutputError(ValueError):
+    """Bad `model_dir` (the command reports it on one line, exit code 2)."""
+
+
+def check_model_dir(model_dir, run_config):
+    """Validates `model_dir` without writing; returns True when resuming."""
+    if not model_dir:
+        raise OutputError(
+            f"`model_dir` is required. Received: model_dir={model_dir!r}")
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise OutputError(
+            f"`model_dir` exists and is not a directory. Received: "
+            f"model_dir={model_dir!r}"
+        )
+    parent = os.path.dirname(os.path.abspath(model_dir))
+    if not os.path.isdir(parent):
+        raise OutputError(
+            f"The parent of `model_dir` does not exist. Received: "
+            f"model_dir={model_dir!r}"
+        )
+    config_path = os.path.join(model_dir, "run_config.json")
+    if not os.path.exists(config_path):
+        return False
+    with open(config_path) as f:
+        previous = json.load(f)
+    for key in RESUME_KEYS:
+        if previous.get(key) != run_config.get(key):
+            raise OutputError(
+                f"`model_dir` holds a run with {key}={previous.get(key)!r}; "
+                f"it cannot be resumed with {key}={run_config.get(key)!r}. "
+                f"Use another --model_dir. Received: model_dir={model_dir!r}"
+            )
+    return True
+
+
+def write_atomic(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_json(path, obj):
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def save_weights_atomic(model, path):
+    tmp = os.path.join(os.path.dirname(path),
+                       f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    model.save_weights(tmp)
+    os.replace(tmp, path)
+
+
+def read_history(csv_path):
+    """Reads `history.csv` (CSVLogger) into {column: [float, ...]}."""
+    if not os.path.exists(csv_path):
+        return {}
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    history = {}
+    for row in rows:
+        for key, value in row.items():
+            try:
+                history.setdefault(key, []).append(float(value))
+            except (TypeError, ValueError):
+                pass
+    return history
+
+
+def plot_learning_curves(history, path, title=""):
+    """Loss and accuracy per epoch (train and validation), PNG via Agg."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    epochs = [int(e) + 1 for e in history.get("epoch", [])]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, metric in zip(axes, ("loss", "accuracy")):
+        for key, label in ((metric, "train"), (f"val_{metric}", "validation")):
+            if history.get(key):
+                ax.plot(epochs or range(1, len(history[key]) + 1),
+                        history[key], marker="o", label=label)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+class Throughput(keras.callbacks.Callback):
+    """Images per second over the epochs after the first (no compile time).
+
+    With a single epoch in this process, that epoch is used.
+    """
+
+    def __init__(self, global_batch_size):
+        super().__init__()
+        self.global_batch_size = global_batch_size
+        self.epoch_times = []
+        self.epoch_steps = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+        self._steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+        self._last = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Up to the last training step: validation is not counted.
+        self.epoch_times.append(getattr(self, "_last", self._start)
+                                - self._start)
+        self.epoch_steps.append(self._steps)
+
+    def images_per_sec(self, num_train):
+        if not self.epoch_times:
+            return None
+        skip = 1 if len(self.epoch_times) > 1 else 0
+        seconds = sum(self.epoch_times[skip:])
+        steps = sum(self.epoch_steps[skip:])
+        images = min(steps * self.global_batch_size,
+                     num_train * len(self.epoch_times[skip:]))
+        return images / seconds if seconds > 0 else None

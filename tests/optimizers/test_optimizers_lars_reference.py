@@ -1,0 +1,262 @@
+"""LARS against an independent float64 NumPy reference of the formula."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_largebatch as klb
+
+
+def reference_lars(weights, grad_steps, lr, momentum, eta, weight_decay,
+                   epsilon, nesterov, decayed, adapted):
+    """The LARS rule in float64, written from the paper, one variable at a
+    time. `grad_steps` is a list (steps) of lists (variables)."""
+    w = [np.array(x, np.float64) for x in weights]
+    v = [np.zeros_like(x) for x in w]
+    for step, grads in enumerate(grad_steps):
+        rate = lr(step) if callable(lr) else lr
+        for i, g in enumerate(grads):
+            g = np.asarray(g, np.float64)
+            wd = weight_decay if decayed[i] else 0.0
+            w_norm, g_norm = np.linalg.norm(w[i]), np.linalg.norm(g)
+            if adapted[i] and w_norm > 0 and g_norm > 0:
+                trust = eta * w_norm / (g_norm + wd * w_norm + epsilon)
+            else:
+                trust = 1.0
+            u = g + wd * w[i]
+            v[i] = momentum * v[i] + rate * trust * u
+            if nesterov:
+                w[i] = w[i] - (momentum * v[i] + rate * trust * u)
+            else:
+                w[i] = w[i] - v[i]
+    return w
+
+
+def build_model():
+    """Dense + BN + a zero-initialised kernel + a head, with real paths."""
+    inputs = keras.Input((5,))
+    x = keras.layers.Dense(6, name="body")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.Dense(4, kernel_initializer="zeros", name="zero")(x)
+    outputs = keras.layers.Dense(3, name="head")(x)
+    return keras.Model(inputs, outputs)
+
+
+# Paths: body/kernel body/bias bn/gamma bn/beta zero/kernel zero/bias
+#        head/kernel head/bias
+KERNEL = [True, False, False, False, True, False, True, False]
+
+
+def random_grads(variables, steps, rng, zero_grad_for=None):
+    out = []
+    for step in range(steps):
+        grads = [rng.normal(size=v.shape).astype("float32") for v in variables]
+        if zero_grad_for is not None and step == 1:
+            grads[zero_grad_for] = np.zeros_like(grads[zero_grad_for])
+        out.append(grads)
+    return out
+
+
+@pytest.mark.parametrize(
+    "momentum, nesterov, weight_decay, epsilon",
+    [
+        (0.9, False, 1e-2, 0.0),
+        (0.9, True, 1e-2, 1e-3),
+        (0.0, False, 5e-2, 0.0),
+        (0.5, False, 0.0, 0.0),
+    ],
+)
+def test_matches_float64_reference_over_several_steps(
+    momentum, nesterov, weight_decay, epsilon
+):
+    model = build_model()
+    variables = model.trainable_variables
+    assert [v.path for v in variables] == [
+        "body/kernel", "body/bias", "bn/gamma", "bn/beta",
+        "zero/kernel", "zero/bias", "head/kernel", "head/bias",
+    ]
+    rng = np.random.default_rng(0)
+    grad_steps = random_grads(variables, 4, rng, zero_grad_for=6)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+
+    optimizer = klb.LARS(
+        0.1, momentum=momentum, eta=0.02, weight_decay=weight_decay,
+        epsilon=epsilon, nesterov=nesterov,
+    )
+    for grads in grad_steps:
+        optimizer.apply(grads, variables)
+
+    expected = reference_lars(
+        initial, grad_steps, 0.1, momentum, 0.02, weight_decay, epsilon,
+        nesterov, decayed=KERNEL, adapted=KERNEL,
+    )
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
+            err_msg=v.path,
+        )
+    # The zero-initialised kernel moved (trust 1 at zero norm), and the
+    # step with a zero gradient for head/kernel did not produce NaN.
+    assert np.abs(keras.ops.convert_to_numpy(variables[4])).max() > 0
+    assert all(np.isfinite(keras.ops.convert_to_numpy(v)).all() for v in variables)
+
+
+def test_exclusion_patterns_match_variable_paths():
+    model = build_model()
+    variables = model.trainable_variables
+    rng = np.random.default_rng(1)
+    grad_steps = random_grads(variables, 3, rng)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+
+    optimizer = klb.LARS(
+        0.1, momentum=0.9, eta=0.02, weight_decay=1e-2,
+        exclude_from_weight_decay=["^head/"],
+        exclude_from_layer_adaptation=["body/kernel"],
+    )
+    for grads in grad_steps:
+        optimizer.apply(grads, variables)
+
+    decayed = list(KERNEL)
+    decayed[6] = False  # head/kernel
+    adapted = list(KERNEL)
+    adapted[0] = False  # body/kernel
+    expected = reference_lars(
+        initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, False, decayed, adapted
+    )
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
+            err_msg=v.path,
+        )
+
+
+def test_keras_exclude_from_weight_decay_is_honoured():
+    model = build_model()
+    variables = model.trainable_variables
+    rng = np.random.default_rng(2)
+    grad_steps = random_grads(variables, 2, rng)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+
+    optimizer = klb.LARS(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2)
+    optimizer.exclude_from_weight_decay(var_list=[variables[0]])
+    for grads in grad_steps:
+        optimizer.apply(grads, variables)
+
+    decayed = list(KERNEL)
+    decayed[0] = False
+    expected = reference_lars(
+        initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, False, decayed, KERNEL
+    )
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
+            err_msg=v.path,
+        )
+
+
+def test_schedule_learning_rate_is_read_each_step():
+    model = build_model()
+    variables = model.trainable_variables
+    rng = np.random.default_rng(3)
+    grad_steps = random_grads(variables, 5, rng)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    schedule = klb.WarmupPolynomialDecay(0.2, warmup_steps=2, decay_steps=3)
+
+    optimizer = klb.LARS(schedule, momentum=0.9, eta=0.02, weight_decay=1e-3)
+    for grads in grad_steps:
+        optimizer.apply(grads, variables)
+
+    def lr(step):
+        if step < 2:
+            return 0.2 * step / 2
+        t = min(step - 2, 3) / 3
+        return 1e-4 + (0.2 - 1e-4) * (1 - t) ** 2
+
+    expected = reference_lars(
+        initial, grad_steps, lr, 0.9, 0.02, 1e-3, 0.0, False, KERNEL, KERNEL
+    )
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
+            err_msg=v.path,
+        )
+
+
+def test_no_decoupled_weight_decay_on_top_of_coupled():
+    # With eta large and a tiny gradient, trust = eta*|w|/(|g| + wd*|w|);
+    # applying the base class's decoupled decay as well would shrink the
+    # weight by lr*wd*w on top: the reference would not match.
+    w0 = np.full((4, 4), 2.0, "float32")
+    var = keras.Variable(w0, name="kernel")
+    grad = np.full((4, 4), 1e-3, "float32")
+    optimizer = klb.LARS(0.5, momentum=0.0, eta=1.0, weight_decay=0.1)
+    optimizer.apply([grad], [var])
+    expected = reference_lars(
+        [w0], [[grad]], 0.5, 0.0, 1.0, 0.1, 0.0, False, [True], [True]
+    )[0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(var), expected, rtol=1e-6)
+
+
+def test_integer_and_non_trainable_variables_are_left_alone():
+    kernel = keras.Variable(np.ones((3, 3), "float32"), name="kernel")
+    counter = keras.Variable(np.array([3, 4], "int32"), name="counter", trainable=False)
+    frozen = keras.Variable(np.ones((3, 3), "float32"), name="frozen", trainable=False)
+    optimizer = klb.LARS(0.1, weight_decay=1e-2)
+    optimizer.apply(
+        [np.ones((3, 3), "float32"), np.ones((2,), "int32"), np.ones((3, 3), "float32")],
+        [kernel, counter, frozen],
+    )
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(counter), [3, 4])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(frozen), np.ones((3, 3)))
+    assert not np.allclose(keras.ops.convert_to_numpy(kernel), 1.0)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="IndexedSlices are TF's"
+)
+def test_sparse_embedding_gradient_is_densified():
+    import tensorflow as tf
+
+    layer = keras.layers.Embedding(10, 4)
+    layer.build((None,))
+    ids = tf.constant([1, 3, 3, 7])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(ids) ** 2)
+    (grad,) = tape.gradient(loss, [layer.embeddings.value])
+    assert isinstance(grad, tf.IndexedSlices)
+    before = keras.ops.convert_to_numpy(layer.embeddings)
+
+    optimizer = klb.LARS(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2)
+    optimizer.apply([grad], [layer.embeddings])
+
+    dense = tf.convert_to_tensor(grad).numpy()
+    expected = reference_lars(
+        [before], [[dense]], 0.1, 0.9, 0.02, 1e-2, 0.0, False, [True], [True]
+    )[0]
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(layer.embeddings), expected, rtol=2e-5
+    )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch path")
+@pytest.mark.parametrize("momentum, nesterov, weight_decay", [
+    (0.9, False, 1e-2), (0.9, True, 1e-2), (0.0, False, 1e-2), (0.9, False, 0.0),
+])
+def test_fused_torch_path_equals_per_variable_path(momentum, nesterov, weight_decay):
+    rng = np.random.default_rng(4)
+    results = []
+    for fused in (True, False):
+        keras.utils.set_random_seed(7)
+        model = build_model()
+        variables = model.trainable_variables
+        optimizer = klb.LARS(
+            0.1, momentum=momentum, eta=0.02, weight_decay=weight_decay,
+            nesterov=nesterov, exclude_from_layer_adaptation=["head"],
+        )
+        optimizer.use_fused_torch_path = fused
+        for grads in random_grads(variables, 3, np.random.default_rng(5), 6):
+            optimizer.apply(grads, variables)
+        results.append([keras.ops.convert_to_numpy(v) for v in variables])
+    del rng
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -1,0 +1,77 @@
+"""Warmup + polynomial decay, batch scaling, and no-decay filtering."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+import keras_largebatch as klb
+
+
+def test_warmup_then_quadratic_decay_values():
+    schedule = klb.WarmupPolynomialDecay(
+        8.0, warmup_steps=4, decay_steps=10, end_learning_rate=0.5,
+        initial_learning_rate=1.0,
+    )
+    def expected(step):
+        if step < 4:
+            return 1.0 + 7.0 * step / 4
+        t = min(step - 4, 10) / 10
+        return 0.5 + 7.5 * (1 - t) ** 2
+    for step in range(20):
+        assert math.isclose(float(schedule(step)), expected(step), rel_tol=1e-6)
+
+
+def test_zero_warmup_starts_at_peak():
+    schedule = klb.WarmupPolynomialDecay(2.0, warmup_steps=0, decay_steps=4)
+    assert math.isclose(float(schedule(0)), 2.0, rel_tol=1e-6)
+    assert math.isclose(float(schedule(4)), 1e-4, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize("rule, expected", [("linear", 3.2), ("sqrt", 0.1 * math.sqrt(32))])
+def test_batch_scaling_rules(rule, expected):
+    assert math.isclose(
+        klb.scale_learning_rate(0.1, 8192, base_batch_size=256, rule=rule), expected
+    )
+
+
+def conv_bn_model():
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.Flatten()(x)
+    return keras.Model(inputs, keras.layers.Dense(2, name="fc")(x))
+
+
+def test_no_decay_variables_are_biases_and_batch_norm():
+    model = conv_bn_model()
+    paths = [v.path for v in klb.no_decay_variables(model)]
+    assert paths == ["conv/bias", "bn/gamma", "bn/beta", "fc/bias"]
+    paths = [v.path for v in klb.no_decay_variables(model, extra_patterns=["^fc/"])]
+    assert paths == ["conv/bias", "bn/gamma", "bn/beta", "fc/kernel", "fc/bias"]
+
+
+def test_exclude_bias_and_norm_stops_stock_sgd_decaying_them():
+    model = conv_bn_model()
+    optimizer = keras.optimizers.SGD(0.1, weight_decay=0.5)
+    klb.exclude_bias_and_norm(optimizer, model)
+    variables = model.trainable_variables
+    for v in variables:
+        v.assign(keras.ops.ones(v.shape))
+    zeros = [np.zeros(v.shape, "float32") for v in variables]
+    optimizer.apply(zeros, variables)
+    for v in variables:
+        value = keras.ops.convert_to_numpy(v)
+        if v.path.endswith("kernel"):
+            np.testing.assert_allclose(value, 1.0 - 0.1 * 0.5, rtol=1e-6, err_msg=v.path)
+        else:
+            np.testing.assert_array_equal(value, 1.0, err_msg=v.path)
+
+
+def test_exclude_bias_and_norm_after_build_is_an_error():
+    model = conv_bn_model()
+    optimizer = keras.optimizers.AdamW(0.1)
+    optimizer.build(model.trainable_variables)
+    with pytest.raises(ValueError, match="before the optimizer is built"):
+        klb.exclude_bias_and_norm(optimizer, model)
