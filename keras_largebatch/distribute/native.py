@@ -19,7 +19,9 @@ multiply and in float32 <-> float64 casts; there is no multiply by 1.
 The library `_lb_fusion_ops.so` is built by `pip install .` when TensorFlow is
 installed and loaded once; when it is missing or fails to load (for example,
 built for another TensorFlow), one warning is logged and the fallback runs.
-Set `KERAS_LARGEBATCH_NATIVE=0` (or pass `use_native=False`) to force it.
+Set `KERAS_LARGEBATCH_NATIVE=0` (or pass `use_native=False`) to force it;
+inside `tf.function(jit_compile=True)` the fallback runs too, since XLA has no
+kernel for the native ops.
 
 References:
   - Jia et al. 2018, "Highly Scalable Deep Learning Training System with
@@ -145,15 +147,33 @@ def load_error():
     return _state["error"]
 
 
+def _in_xla():
+    """Inside `tf.function(jit_compile=True)`: XLA has no kernel for the ops."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+
+        graph = tf.compat.v1.get_default_graph()
+        return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+    except Exception:  # Private API moved: assume no XLA.
+        return False
+
+
 def _lib_or_none(use_native):
     if use_native is False:
         return None
     lib = _load()
-    if lib is None and use_native:
+    if use_native and lib is None:
         raise RuntimeError(
             "`use_native=True` but the native library is not available: "
             f"{_state['error']}"
         )
+    if _in_xla():
+        if use_native:
+            raise RuntimeError(
+                "`use_native=True` inside an XLA-compiled function; the "
+                "native ops have no XLA kernel. Use use_native=None or False."
+            )
+        return None
     return lib
 
 

@@ -138,32 +138,38 @@ class LARS(keras.optimizers.Optimizer):
         # Weight decay is coupled into the LARS update in `update_step`.
         return
 
+    use_fused_path = True
+    """Use the backend's fused kernels where there are some.
+
+    torch: `torch._foreach_*` over all float32 variables; TensorFlow: one
+    `ResourceApplyMomentum` per float32 variable. Chosen by backend, not by
+    exact class, so subclasses keep it; tests set it to False to check the
+    fused paths against the generic one."""
+
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        if keras.backend.backend() == "torch" and self.use_fused_torch_path:
+        if keras.backend.backend() == "torch" and self.use_fused_path:
             from keras_largebatch.optimizers import torch_lars
 
             torch_lars.update_step(self, grads, trainable_variables, learning_rate)
         else:
             super()._backend_update_step(grads, trainable_variables, learning_rate)
 
-    use_fused_torch_path = True
-    """Torch only: update float32 variables with `torch._foreach_*` ops.
-
-    Chosen by backend, not by exact class, so subclasses keep it; tests set
-    it to False to check the fused path against the per-variable one."""
-
     def update_step(self, gradient, variable, learning_rate):
         updatable, decayed, adapted = self._lars_flags[self._var_key(variable)]
         if not updatable:
             return
+        fused_tf = (
+            self.use_fused_path
+            and keras.backend.backend() == "tensorflow"
+            and keras.backend.standardize_dtype(variable.dtype) == "float32"
+        )
         w = ops.cast(variable, "float32")
         g = ops.cast(_densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
         wd = self.weight_decay if decayed else 0.0
         update = ops.add(g, ops.multiply(w, wd)) if wd else g
         if adapted:
-            w_norm = ops.sqrt(ops.sum(ops.square(w)))
-            g_norm = ops.sqrt(ops.sum(ops.square(g)))
+            w_norm, g_norm = _norm(w), _norm(g)
             valid = ops.logical_and(w_norm > 0, g_norm > 0)
             denominator = g_norm + wd * w_norm + self.epsilon
             trust = ops.where(
@@ -173,8 +179,17 @@ class LARS(keras.optimizers.Optimizer):
             )
             lr = lr * trust
         step = ops.multiply(update, lr)
+        velocity = None
         if self.momentum:
             velocity = self.momentums[self._get_variable_index(variable)]
+        if fused_tf:
+            from keras_largebatch.optimizers import tf_lars
+
+            tf_lars.apply_step(
+                variable, velocity, step, self.momentum, self.nesterov
+            )
+            return
+        if velocity is not None:
             new_velocity = ops.add(ops.multiply(velocity, self.momentum), step)
             self.assign(velocity, new_velocity)
             if self.nesterov:
@@ -201,6 +216,14 @@ class LARS(keras.optimizers.Optimizer):
             }
         )
         return config
+
+
+def _norm(x):
+    if keras.backend.backend() == "tensorflow":
+        from keras_largebatch.optimizers import tf_lars
+
+        return tf_lars.norm(x)
+    return ops.sqrt(ops.sum(ops.square(x)))
 
 
 def _is_updatable(variable):

@@ -164,9 +164,18 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
             ops.where(grow, ops.zeros_like(counter), counter + 1)
         )
 
+    def check_finite(self, grads):
+        if keras.backend.backend() == "torch":
+            from keras_largebatch.optimizers import torch_lars
+
+            return torch_lars.all_finite(grads)
+        return super().check_finite(grads)
+
     def _common_apply(self, grads, trainable_variables=None):
+        if keras.backend.backend() != "jax":
+            return super()._common_apply(grads, trainable_variables)
         finite = self.check_finite(grads)
-        if keras.backend.backend() == "jax" and not _is_traced(finite):
+        if not _is_traced(finite):
             # Eager JAX: branch in Python (`ops.cond` would trace the
             # stateful branches and leak tracers).
             if bool(finite):

@@ -87,3 +87,13 @@ def update_step(optimizer, grads, variables, learning_rate):
                 [weights[i] for i in decayed], [shrink[i] for i in decayed]
             )
         torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
+
+
+@torch.no_grad()
+def all_finite(grads):
+    """One max-abs reduction per tensor (NaN propagates), no bool copies."""
+    tensors = [keras.ops.convert_to_tensor(g) for g in grads if g is not None]
+    if not tensors:
+        return torch.tensor(True)
+    peaks = torch._foreach_norm(tensors, float("inf"))
+    return torch.isfinite(torch.stack(peaks)).all()

@@ -59,7 +59,7 @@ def test_exclude_bias_and_norm_stops_stock_sgd_decaying_them():
     variables = model.trainable_variables
     for v in variables:
         v.assign(keras.ops.ones(v.shape))
-    zeros = [np.zeros(v.shape, "float32") for v in variables]
+    zeros = [keras.ops.zeros(v.shape) for v in variables]
     optimizer.apply(zeros, variables)
     for v in variables:
         value = keras.ops.convert_to_numpy(v)

@@ -23,12 +23,11 @@ latencies against the flat ring's `2 (p - 1)`, but moves about
 
 Tensor fusion packs the gradients in reverse order (the order backward
 produces them) into buckets of up to `fusion_threshold_bytes`, so a step
-pays `len(buckets)` latencies instead of one per tensor. The baseline is
+pays the latency terms once per bucket instead of once per tensor. The baseline is
 one flat all-reduce per tensor (NCCL-style, no fusion). Both costs are
 linear in `n`, so the best `hierarchical_threshold_bytes` is where `hier`
 and `ring` cross.
 """
-
 
 import math
 from typing import NamedTuple

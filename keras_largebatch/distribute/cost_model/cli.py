@@ -16,9 +16,9 @@ from keras_largebatch.distribute.cost_model.fit import measure_localhost
 from keras_largebatch.distribute.cost_model.gradients import gradient_bytes
 
 # Headline runs of the paper (abstract): ResNet-50, 90 epochs in 6.6 min on
-# 2,048 P40s; AlexNet-BN, 95 epochs in 4 min on 1,024 P40s; both at a 64K
-# global batch. Their end-to-end time per step bounds the compute time per
-# step from above: 32 / (90 * 1,281,167 / 396 s / 2048) = 225 ms and
+# 2,048 P40s; AlexNet-BN, 95 epochs in 4 min on 1,024 P40s; we assume a 64K
+# global batch for both. Their end-to-end time per step bounds the compute
+# time per step from above: 32 / (90 * 1,281,167 / 396 s / 2048) = 225 ms and
 # 64 / (95 * 1,281,167 / 240 s / 1024) = 129 ms.
 DEFAULT_COMPUTE_MS = {"resnet50": 225.0, "alexnet_bn": 129.0}
 PAPER_SPEEDUP_AT_1024 = {"resnet50": 11.0, "alexnet_bn": 3.0}

@@ -16,8 +16,13 @@ def load_timings(path):
 
     A dict holding that list under `"timings"` is accepted too.
     """
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"`timings` file could not be read as JSON ({e}). Received: path={path}"
+        ) from None
     if isinstance(data, dict):
         data = data.get("timings")
     if not isinstance(data, list) or not all(
