@@ -169,7 +169,10 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
             from keras_largebatch.optimizers import torch_lars
 
             return torch_lars.all_finite(grads)
-        return super().check_finite(grads)
+        finite = super().check_finite(grads)
+        if keras.backend.backend() == "tensorflow":
+            finite = _agree_across_replicas(finite)
+        return finite
 
     def _common_apply(self, grads, trainable_variables=None):
         if keras.backend.backend() != "jax":
@@ -221,6 +224,22 @@ def _copy_of(variable):
         return ops.cast(variable.value, "float32")
 
     return initializer
+
+
+def _agree_across_replicas(finite):
+    # Under tf.distribute the gradients reach `apply` before their
+    # all-reduce: a replica whose local gradients overflowed would skip the
+    # step (and its all-reduce) while the others wait in it. All replicas
+    # take the same decision: finite only if finite everywhere.
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return finite
+    overflowed = context.all_reduce(
+        tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, "float32")
+    )
+    return overflowed == 0
 
 
 def _is_traced(x):
