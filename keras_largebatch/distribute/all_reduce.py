@@ -28,6 +28,9 @@ References:
     - Sergeev & Del Balso, 2018, "Horovod", arXiv:1802.05799.
 """
 
+import collections
+import copy
+
 from tensorflow.python.distribute import cross_device_ops
 from tensorflow.python.distribute import cross_device_utils
 from tensorflow.python.distribute import reduce_util
@@ -170,8 +173,9 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         self._node_of_task = tuple(node_of_task)
         self._key_base = key_base
         self._num_nodes = len(set(self._node_of_task))
-        # (tensors, wire bytes, "hierarchical" | "flat") per bucket built.
-        self.bucket_log = []
+        # (tensors, wire bytes, "hierarchical" | "flat") per bucket built:
+        # once per trace in a tf.function, every call when eager.
+        self.bucket_log = collections.deque(maxlen=1024)
         node = self._node_of_task[task_id]
         tasks_in_node = [
             t for t, n in enumerate(self._node_of_task) if n == node
@@ -270,8 +274,6 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         return buffer
 
     def __deepcopy__(self, memo):
-        import copy
-
         return FusedCollectiveAllReduce(
             self._devices,
             self._group_size,

@@ -20,7 +20,8 @@ def norm(x):
 
 
 def apply_step(variable, velocity, step, momentum, nesterov):
-    variable = variable if hasattr(variable, "handle") else variable.value
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
     if velocity is None:
         tf.raw_ops.ResourceApplyGradientDescent(
             var=variable.handle, alpha=tf.constant(1.0), delta=step

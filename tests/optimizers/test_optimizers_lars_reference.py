@@ -47,6 +47,14 @@ def build_model():
 KERNEL = [True, False, False, False, True, False, True, False]
 
 
+def assert_close_to_reference(variables, expected):
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
+            err_msg=v.path,
+        )
+
+
 def random_grads(variables, steps, rng, zero_grad_for=None):
     out = []
     for step in range(steps):
@@ -90,11 +98,7 @@ def test_matches_float64_reference_over_several_steps(
         initial, grad_steps, 0.1, momentum, 0.02, weight_decay, epsilon,
         nesterov, decayed=KERNEL, adapted=KERNEL,
     )
-    for v, e in zip(variables, expected):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
-            err_msg=v.path,
-        )
+    assert_close_to_reference(variables, expected)
     # The zero-initialised kernel moved (trust 1 at zero norm), and the
     # step with a zero gradient for head/kernel did not produce NaN.
     assert np.abs(keras.ops.convert_to_numpy(variables[4])).max() > 0
@@ -123,11 +127,7 @@ def test_exclusion_patterns_match_variable_paths():
     expected = reference_lars(
         initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, False, decayed, adapted
     )
-    for v, e in zip(variables, expected):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
-            err_msg=v.path,
-        )
+    assert_close_to_reference(variables, expected)
 
 
 def test_keras_exclude_from_weight_decay_is_honoured():
@@ -147,11 +147,7 @@ def test_keras_exclude_from_weight_decay_is_honoured():
     expected = reference_lars(
         initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, False, decayed, KERNEL
     )
-    for v, e in zip(variables, expected):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
-            err_msg=v.path,
-        )
+    assert_close_to_reference(variables, expected)
 
 
 def test_schedule_learning_rate_is_read_each_step():
@@ -175,11 +171,7 @@ def test_schedule_learning_rate_is_read_each_step():
     expected = reference_lars(
         initial, grad_steps, lr, 0.9, 0.02, 1e-3, 0.0, False, KERNEL, KERNEL
     )
-    for v, e in zip(variables, expected):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(v), e, rtol=2e-5, atol=1e-7,
-            err_msg=v.path,
-        )
+    assert_close_to_reference(variables, expected)
 
 
 def test_no_decoupled_weight_decay_on_top_of_coupled():

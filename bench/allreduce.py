@@ -1,0 +1,292 @@
+"""All-reduce of ResNet-50's gradient set on localhost multi-worker clusters.
+
+Claim: the fused all-reduce of `keras_largebatch.distribute` beats
+TensorFlow's MultiWorkerMirroredStrategy packing (float32 <= 0.9x TF's
+best, fp16 <= 0.55x), and a training step under the strategy is no slower
+than under stock MultiWorkerMirroredStrategy.
+
+For 2 and 4 workers (subprocesses on 127.0.0.1), the 214 gradients of
+`keras.applications.ResNet50(weights=None)` (97.6 MiB float32) are all-reduced
+(SUM) by:
+
+- `per tensor`: TensorFlow, one all-reduce per tensor (`bytes_per_pack=1`);
+- `TF default`: TensorFlow's `CollectiveAllReduce`, one pack;
+- `TF 25 MB`: same with `bytes_per_pack=25 MB`;
+- `ours f32` / `ours fp16`: `FusedCollectiveAllReduce`, fusion buckets of
+  `--fusion-mb` (default 8 MiB; float32, then float16 transport);
+- `ours f32 64 MiB`: the same at the strategy's default threshold;
+- `flat buffer`: one all-reduce of one ready-made 97.6 MiB buffer (no
+  packing: the floor for a single collective).
+
+Each is timed `--runs` times after a warm-up, behind a barrier; the table
+shows the median over runs of the slowest worker. Then a 2-worker training
+step (ResNet-50 at 32x32, per-worker batch 8, SGD, custom loop with
+`strategy.run`) is timed under this package's strategy and stock
+`tf.distribute.MultiWorkerMirroredStrategy` (whose Keras `fit` fails).
+
+Usage: `python bench/allreduce.py [--runs 5] [--workers 2 4]`.
+Writes `bench/results/allreduce.json`.
+"""
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32 64 MiB",
+           "ours f32", "ours fp16", "flat buffer"]
+
+
+def _ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _launch(n, mode, args, timeout=900):
+    ports = _ports(n)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    outs, procs = [], []
+    tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
+    for i in range(n):
+        out = os.path.join(tmp, f"{i}.json")
+        env = dict(os.environ, KERAS_BACKEND="tensorflow",
+                   TF_CPP_MIN_LOG_LEVEL="2")
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        )
+        cmd = [sys.executable, __file__, "--mode", mode,
+               "--args", json.dumps(dict(args, out=out))]
+        procs.append(subprocess.Popen(cmd, env=env))
+        outs.append(out)
+    try:
+        for p in procs:
+            p.wait(timeout=timeout)
+            if p.returncode:
+                raise RuntimeError(f"worker failed: {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [json.load(open(o)) for o in outs]
+
+
+def _resnet50_shapes():
+    import keras
+
+    model = keras.applications.ResNet50(weights=None)
+    return [tuple(v.shape) for v in model.trainable_variables]
+
+
+def worker_allreduce(args):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_largebatch.distribute import MultiWorkerMirroredStrategy
+    from keras_largebatch.distribute import compression
+
+    strategy = MultiWorkerMirroredStrategy(
+        fusion_threshold_bytes=int(args["fusion_mb"] * 2**20)
+    )
+    from tensorflow.python.distribute import cross_device_ops as cdo
+
+    ops = strategy.cross_device_ops
+    device = strategy.extended.worker_devices[0]
+    sum_ = tf.distribute.ReduceOp.SUM
+    Options = tf.distribute.experimental.CommunicationOptions
+    rng = np.random.RandomState(0)
+    with tf.device(device):
+        grads = [tf.constant(rng.normal(size=s).astype("float32"))
+                 for s in args["shapes"]]
+        flat = tf.constant(
+            rng.normal(size=sum(int(np.prod(s)) for s in args["shapes"]))
+            .astype("float32")
+        )
+        one = tf.constant([1.0])
+
+    def tf_pack(bytes_per_pack):
+        options = Options(bytes_per_pack=bytes_per_pack)
+        return lambda: cdo.CollectiveAllReduce._all_reduce(
+            ops, sum_, grads, 0, options
+        )
+
+    def ours(compressor, threshold=int(args["fusion_mb"] * 2**20)):
+        def run():
+            # Read at trace time: set before each function is traced.
+            ops._compressor = compressor
+            ops._fusion_threshold_bytes = threshold
+            return ops._all_reduce(sum_, grads, 0, Options())
+
+        return run
+
+    fns = {
+        "per tensor": tf_pack(1),
+        "TF default": tf_pack(0),
+        "TF 25 MB": tf_pack(25 * 10**6),
+        "ours f32 64 MiB": ours(compression.NoneCompressor, 64 * 2**20),
+        "ours f32": ours(compression.NoneCompressor),
+        "ours fp16": ours(compression.FP16Compressor),
+        "flat buffer": lambda: ops._launchers[0].all_reduce(flat),
+    }
+    barrier = tf.function(lambda: ops._launchers[0].all_reduce(one))
+    times = {}
+    for name in args["methods"]:
+        with tf.device(device):
+            fn = tf.function(fns[name])
+            fn()  # trace + warm-up
+            runs = []
+            for _ in range(args["runs"]):
+                barrier().numpy()
+                start = time.perf_counter()
+                out = fn()
+                tf.nest.map_structure(lambda t: t.numpy(), out)
+                runs.append(time.perf_counter() - start)
+        times[name] = runs
+    json.dump({"times": times}, open(args["out"], "w"))
+
+
+def worker_step(args):
+    import tensorflow as tf
+
+    from keras_largebatch.distribute import MultiWorkerMirroredStrategy
+
+    if args["strategy"] == "ours":
+        strategy = MultiWorkerMirroredStrategy(
+            fusion_threshold_bytes=int(args["fusion_mb"] * 2**20)
+        )
+    else:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    import keras
+
+    with strategy.scope():
+        model = keras.applications.ResNet50(
+            weights=None, input_shape=(32, 32, 3), classes=10
+        )
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(
+        reduction="sum"
+    )
+    batch = args["batch"]
+    x = tf.random.stateless_uniform((batch, 32, 32, 3), (1, 2))
+    y = tf.random.stateless_uniform((batch,), (3, 4), maxval=10,
+                                    dtype=tf.int32)
+    global_batch = batch * strategy.num_replicas_in_sync
+
+    @tf.function
+    def step():
+        def replica():
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True)) / global_batch
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return strategy.reduce("SUM", strategy.run(replica), axis=None)
+
+    for _ in range(2):
+        step().numpy()
+    runs = []
+    for _ in range(args["steps"]):
+        start = time.perf_counter()
+        step().numpy()
+        runs.append(time.perf_counter() - start)
+    json.dump({"times": runs}, open(args["out"], "w"))
+
+
+def _native_available():
+    from keras_largebatch.distribute import native
+
+    return native.native_ops_available()
+
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", default="launch")
+    parser.add_argument("--args", default="{}")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--fusion-mb", type=float, default=8.0)
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--skip-step", action="store_true")
+    parser.add_argument("--skip-allreduce", action="store_true")
+    flags = parser.parse_args()
+    if flags.mode == "allreduce":
+        return worker_allreduce(json.loads(flags.args))
+    if flags.mode == "step":
+        return worker_step(json.loads(flags.args))
+
+    shapes = _resnet50_shapes()
+    mb = sum(int(__import__("numpy").prod(s)) for s in shapes) * 4 / 2**20
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, "
+                   f"{os.cpu_count()} CPU cores, no GPU, loopback gRPC",
+        "tensors": len(shapes), "mebibytes": round(mb, 1),
+        "runs": flags.runs, "fusion_threshold_mib": flags.fusion_mb,
+        "native_ops": _native_available(),
+        "allreduce_ms": {}, "step_ms": {},
+    }
+    for n in [] if flags.skip_allreduce else flags.workers:
+        outs = _launch(n, "allreduce", {
+            "shapes": shapes, "runs": flags.runs, "methods": flags.methods,
+            "fusion_mb": flags.fusion_mb,
+        })
+        result["allreduce_ms"][n] = {
+            m: round(1000 * _median(
+                [max(o["times"][m][r] for o in outs)
+                 for r in range(flags.runs)]), 1)
+            for m in flags.methods
+        }
+    if not flags.skip_step:
+        for name in ("stock", "ours"):
+            outs = _launch(2, "step", {
+                "strategy": name, "batch": 8, "steps": flags.steps,
+                "fusion_mb": flags.fusion_mb,
+            })
+            result["step_ms"][name] = round(1000 * _median(
+                [max(o["times"][r] for o in outs)
+                 for r in range(flags.steps)]), 1)
+
+    print(f"\nResNet-50 gradients: {len(shapes)} tensors, {mb:.1f} MiB "
+          f"float32; {result['machine']}; median of {flags.runs}\n")
+    print("| workers | " + " | ".join(flags.methods) + " |")
+    print("|---" * (len(flags.methods) + 1) + "|")
+    for n, row in result["allreduce_ms"].items():
+        print(f"| {n} | " + " | ".join(f"{row[m]:,.0f} ms" for m in
+                                       flags.methods) + " |")
+    for n, row in result["allreduce_ms"].items():
+        best = min(row.get("TF default", 1e9), row.get("TF 25 MB", 1e9))
+        for m in ("ours f32", "ours fp16"):
+            if m in row:
+                print(f"{n} workers: {m} / TF's best = {row[m] / best:.2f}")
+    if result["step_ms"]:
+        print("\n| 2-worker train step (ResNet-50 32x32, batch 8/worker) "
+              "| ms |\n|---|---|")
+        for name, ms in result["step_ms"].items():
+            label = ("stock tf.distribute.MultiWorkerMirroredStrategy"
+                     if name == "stock" else "keras_largebatch strategy")
+            print(f"| {label} | {ms:,.0f} |")
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "allreduce.json"), "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Localhost multi-worker jobs under `MultiWorkerMirroredStrategy`.
+
+Every worker is a subprocess (`workers/mw_worker.py`) with its own
+`TF_CONFIG` on 127.0.0.1 ports; every job has a hard timeout and is killed
+whole on failure. The worker trains a 195-parameter MLP with `LARSMixed`
+for 2 epochs of 4 steps (global batch 16), then evaluates and predicts.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="MultiWorkerMirroredStrategy needs the TensorFlow backend",
+)
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "mw_worker.py")
+JOB_TIMEOUT = 240
+# Two workers reduce in another order than one process sums a batch:
+# float32 round-off, ~5e-7 measured after 8 steps.
+ATOL_FLOAT32 = 1e-5
+# float16 transport rounds each all-reduced gradient to 11 bits: ~3e-4
+# measured after 8 steps on weights of magnitude <= 1.7.
+ATOL_FP16 = 2e-3
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _env(tf_config=None):
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    if tf_config is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    return env
+
+
+def _kill(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+
+
+def _start(num_workers, args, tmp_path, name):
+    ports = _free_ports(num_workers)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs, outs = [], []
+    for i in range(num_workers):
+        out = str(tmp_path / f"{name}_{i}.npz")
+        log = open(tmp_path / f"{name}_{i}.log", "w")
+        config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, json.dumps(dict(args, out=out))],
+                env=_env(config), stdout=log, stderr=subprocess.STDOUT,
+            )
+        )
+        outs.append(out)
+    return procs, outs
+
+
+def _log(tmp_path, name, i):
+    return (tmp_path / f"{name}_{i}.log").read_text()[-3000:]
+
+
+def _run_job(num_workers, args, tmp_path, name):
+    procs, outs = _start(num_workers, args, tmp_path, name)
+    deadline = time.monotonic() + JOB_TIMEOUT
+    try:
+        for i, p in enumerate(procs):
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+            assert p.returncode == 0, _log(tmp_path, name, i)
+    finally:
+        _kill(procs)
+    return [dict(np.load(o)) for o in outs]
+
+
+def _weights(result, prefix=""):
+    return [result[f"{prefix}w{i}"] for i in range(4)]
+
+
+def _assert_close(a, b, atol, prefix=""):
+    for x, y in zip(_weights(a, prefix), _weights(b)):
+        np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+def _assert_identical(results, prefix=""):
+    for r in results[1:]:
+        for x, y in zip(_weights(results[0], prefix), _weights(r, prefix)):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The same training in one process, no strategy, same global batch."""
+    out = str(tmp_path_factory.mktemp("single") / "single.npz")
+    subprocess.run(
+        [sys.executable, WORKER, json.dumps({"out": out, "strategy": None})],
+        env=_env(), check=True, timeout=JOB_TIMEOUT, capture_output=True,
+    )
+    return dict(np.load(out))
+
+
+def test_two_workers_fit_like_one_process_in_float32_and_fp16(
+    single, tmp_path
+):
+    args = {"strategy": {}, "then": {"compression": "fp16"}}
+    results = _run_job(2, args, tmp_path, "fit2")
+    _assert_identical(results)
+    _assert_identical(results, "then_")
+    r = results[0]
+    _assert_close(r, single, ATOL_FLOAT32)
+    np.testing.assert_allclose(r["evaluate"], single["evaluate"], atol=1e-5)
+    np.testing.assert_allclose(r["predict"], single["predict"], atol=1e-5)
+    # All four gradients travelled in one bucket: 195 float32, then float16.
+    assert [4, 780] in r["buckets"].tolist()
+    assert r["paths"].tolist() == ["flat"]
+    _assert_close(r, single, ATOL_FP16, prefix="then_")
+    assert [4, 390] in r["then_buckets"].tolist()
+    # fp16 rounding is visible: the two runs are not bit-identical.
+    assert not np.array_equal(r["w1"], r["then_w1"])
+
+
+def test_four_workers_as_two_nodes_hierarchical_equals_flat(single, tmp_path):
+    strategy = {
+        "workers_per_node": 2,
+        "fusion_threshold_bytes": 256,
+        "hierarchical_threshold_bytes": 2**30,
+    }
+    args = {
+        "strategy": strategy,
+        "then": {"hierarchical_threshold_bytes": 0},
+        "evaluate": False,
+    }
+    results = _run_job(4, args, tmp_path, "hier")
+    r = results[0]
+    assert r["paths"].tolist() == ["hierarchical"]
+    assert r["then_paths"].tolist() == ["flat"]
+    # 256-byte buckets, last layer first: [b2, k2] 204 B, [b1] 64 B, [k1].
+    log = r["buckets"].tolist()
+    i = log.index([2, 204])
+    assert log[i : i + 3] == [[2, 204], [1, 64], [1, 512]]
+    _assert_identical(results)
+    _assert_identical(results, "then_")
+    _assert_close(r, single, ATOL_FLOAT32)
+    for x, y in zip(_weights(r), _weights(r, "then_")):
+        np.testing.assert_allclose(x, y, rtol=0, atol=ATOL_FLOAT32)
+
+
+def test_killed_worker_fails_the_job_and_restart_resumes_from_backup(
+    single, tmp_path
+):
+    backup = str(tmp_path / "backup")
+    args = {"strategy": {}, "timeout": 10, "backup_dir": backup,
+            "evaluate": False}
+    procs, outs = _start(
+        2, dict(args, stop_after_epoch=0, stop_how="hang", stop_task=1),
+        tmp_path, "killed",
+    )
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not os.path.exists(outs[1] + ".ready"):
+            assert time.monotonic() < deadline, _log(tmp_path, "killed", 1)
+            assert procs[0].poll() is None, _log(tmp_path, "killed", 0)
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        procs[0].wait(timeout=90)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        _kill(procs)
+    log = _log(tmp_path, "killed", 0)
+    assert procs[0].returncode != 0
+    # Collective timeout 10 s (plus the coordination service's heartbeat).
+    assert elapsed < 90
+    assert "UnavailableError" in log or "DeadlineExceededError" in log, log
+
+    resumed = _run_job(2, args, tmp_path, "resumed")
+    for r in resumed:
+        assert r["epochs"].tolist() == [1]
+        _assert_close(r, single, ATOL_FLOAT32)
