@@ -219,10 +219,6 @@ class LARS(keras.optimizers.Optimizer):
 
 
 def _norm(x):
-    if keras.backend.backend() == "tensorflow":
-        from keras_largebatch.optimizers import tf_lars
-
-        return tf_lars.norm(x)
     return ops.sqrt(ops.sum(ops.square(x)))
 
 

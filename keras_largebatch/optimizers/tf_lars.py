@@ -14,11 +14,6 @@ import keras
 import tensorflow as tf
 
 
-def norm(x):
-    # One reduction kernel, no squared temporary.
-    return tf.math.reduce_euclidean_norm(x)
-
-
 def apply_step(variable, velocity, step, momentum, nesterov):
     if isinstance(variable, keras.Variable):
         variable = variable.value

@@ -252,3 +252,23 @@ def test_fused_backend_path_equals_generic_path(momentum, nesterov, weight_decay
         results.append([keras.ops.convert_to_numpy(v) for v in variables])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="XLA via TF")
+def test_tensorflow_step_compiles_with_xla_and_matches_reference():
+    # Keras' TF trainer jit-compiles the train step on GPUs.
+    import tensorflow as tf
+
+    model = build_model()
+    variables = model.trainable_variables
+    grad_steps = random_grads(variables, 3, np.random.default_rng(6), 6)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    optimizer = klb.LARS(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2, nesterov=True)
+    optimizer.build(variables)
+    step = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=True)
+    for grads in grad_steps:
+        step([tf.constant(g) for g in grads])
+    expected = reference_lars(
+        initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, True, KERNEL, KERNEL
+    )
+    assert_close_to_reference(variables, expected)
