@@ -40,8 +40,7 @@ def update_step(optimizer, grads, variables, learning_rate):
     adapted = torch.tensor([a for _, _, a in flags], device=device)
     lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
-    w_norm = torch.stack(torch._foreach_norm(weights))
-    g_norm = torch.stack(torch._foreach_norm(grads))
+    w_norm, g_norm = _norms(weights), _norms(grads)
     valid = adapted & (w_norm > 0) & (g_norm > 0)
     denominator = g_norm + decay * w_norm + optimizer.epsilon
     trust = torch.where(
@@ -63,10 +62,11 @@ def update_step(optimizer, grads, variables, learning_rate):
         torch._foreach_mul_(bufs, momentum)
         torch._foreach_addcmul_(bufs, grads, scales)
         if decayed:
+            decay_scales = torch.unbind(scale * decay)
             torch._foreach_addcmul_(
                 [bufs[i] for i in decayed],
                 [weights[i] for i in decayed],
-                list(torch.unbind(scale * decay)[i] for i in decayed),
+                [decay_scales[i] for i in decayed],
             )
         if optimizer.nesterov:
             # w = w - momentum * v - scale * g - scale * wd * w
@@ -87,6 +87,14 @@ def update_step(optimizer, grads, variables, learning_rate):
                 [weights[i] for i in decayed], [shrink[i] for i in decayed]
             )
         torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
+
+
+def _norms(tensors):
+    if tensors[0].is_cuda:
+        return torch.stack(torch._foreach_norm(tensors))
+    # On CPU a BLAS dot per tensor reads it once, twice as fast here as
+    # `_foreach_norm`, which is a loop of `vector_norm` calls on CPU.
+    return torch.stack([torch.dot(t.view(-1), t.view(-1)) for t in tensors]).sqrt()
 
 
 @torch.no_grad()

@@ -99,8 +99,11 @@ def load_keras_dataset(name, image_size):
     return spec
 
 
-def load_synthetic(image_size, num_classes, seed=0, num_examples=1024):
-    """Random images and labels: only for throughput."""
+def load_synthetic(image_size, num_classes, seed=0, num_examples=512):
+    """Random images and labels: only for throughput.
+
+    A pool of `num_examples`; use `--steps_per_epoch` for longer epochs.
+    """
     rng = np.random.default_rng(seed)
     x = rng.random((num_examples, image_size, image_size, 3), "float32")
     y = rng.integers(0, num_classes, num_examples)

@@ -184,7 +184,7 @@ def train(job, start):
     history = job.model.fit(
         job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
         steps_per_epoch=job.steps_per_epoch, callbacks=callbacks,
-        verbose=F["verbose"],
+        verbose=F["verbose"], shuffle=False,  # tf.data already shuffles.
     )
     epochs_run = len(history.epoch)
     val_accuracy = float(
@@ -194,9 +194,13 @@ def train(job, start):
         job.model, os.path.join(out_dir, "checkpoints", "final.weights.h5"))
     summary_path = os.path.join(out_dir, "summary.json")
     images_per_sec = throughput.images_per_sec(job.spec.num_train)
-    if images_per_sec is None and os.path.exists(summary_path):
+    previous = {}
+    if job.resuming and os.path.exists(summary_path):
         with open(summary_path) as f:
-            images_per_sec = json.load(f).get("images_per_sec")
+            previous = json.load(f)
+    if images_per_sec is None:
+        images_per_sec = previous.get("images_per_sec")
+    wall_now = time.perf_counter() - start
     summary = {
         "model": F["model"],
         "dataset": F["dataset"],
@@ -205,7 +209,9 @@ def train(job, start):
         "epochs_run_now": epochs_run,
         "val_accuracy": val_accuracy,
         "images_per_sec": images_per_sec,
-        "wall_seconds": time.perf_counter() - start,
+        # Over every invocation on this model_dir (resumed runs add up).
+        "wall_seconds": previous.get("wall_seconds", 0.0) + wall_now,
+        "wall_seconds_now": wall_now,
         "image_size": job.image_size,
         "optimizer": F["optimizer"],
         "peak_learning_rate": job.peak_lr,
@@ -223,9 +229,10 @@ def train(job, start):
             f", {F['optimizer']}",
         )
         outputs.write_json(summary_path, summary)
+    where = summary_path if job.chief else "(not the chief: no summary)"
     print(f"{PROG}: val_accuracy={val_accuracy:.4f} "
           f"images_per_sec={images_per_sec or 0:.1f} "
-          f"wall_seconds={summary['wall_seconds']:.1f} -> {summary_path}")
+          f"wall_seconds={wall_now:.1f} -> {where}")
     return 0
 
 

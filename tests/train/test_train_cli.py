@@ -1,0 +1,202 @@
+"""keras-largebatch-train end to end: bad input, outputs, resume, flags."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_largebatch.train import main as train_main
+
+BACKEND = keras.backend.backend()
+TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
+        "--steps_per_epoch=2", "--verbose=0", "--augment=none"]
+
+
+def _run(*args):
+    return train_main.main(["keras-largebatch-train", *args])
+
+
+def _snapshot(folder):
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, folder)] = f.read()
+    return files
+
+
+@pytest.fixture
+def old_run(tmp_path):
+    """A model_dir holding an earlier run's files."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "summary.json").write_text('{"val_accuracy": 0.97}\n')
+    (model_dir / "run_config.json").write_text(json.dumps({
+        "model": "alexnet_bn", "dataset": "digits", "data_dir": None,
+        "image_size": 67, "global_batch_size": 32,
+        "optimizer": "lars_mixed", "num_classes": 10}))
+    return model_dir
+
+
+def _corrupt_dir(tmp_path):
+    import tensorflow as tf
+
+    root = tmp_path / "images"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for i in range(3):
+            tf.io.write_file(str(root / name / f"{i}.png"),
+                             tf.io.encode_png(np.zeros((8, 8, 3), "uint8")))
+    (root / "b" / "bad.png").write_bytes(b"\x89PNG\r\n garbage")
+    return str(root)
+
+
+def _other_architecture(tmp_path):
+    other = keras.Sequential([keras.Input((67, 67, 3)),
+                              keras.layers.Conv2D(2, 3, name="conv1")])
+    path = str(tmp_path / "other.weights.h5")
+    other.save_weights(path)
+    return path
+
+
+BAD_INPUTS = {
+    "unknown_model": (lambda t: ["--model=vgg16"], "model"),
+    "unknown_dataset": (lambda t: ["--dataset=imagenet21k"], "dataset"),
+    "missing_directory": (
+        lambda t: ["--dataset=directory", f"--data_dir={t}/nowhere"],
+        "data_dir"),
+    "corrupt_image": (
+        lambda t: ["--dataset=directory", f"--data_dir={_corrupt_dir(t)}",
+                   "--image_size=67"], "bad.png"),
+    "init_weights_of_another_architecture": (
+        lambda t: [f"--init_weights={_other_architecture(t)}"],
+        "other.weights.h5"),
+    "image_size_below_the_minimum": (
+        lambda t: ["--image_size=32"], "at least 67"),
+    "resume_with_another_model": (
+        lambda t: ["--model=resnet50", "--image_size=32",
+                   "--dataset=synthetic", "--num_classes=10"],
+        "cannot be resumed"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(
+        case, old_run, tmp_path, capsys):
+    make_args, expected = BAD_INPUTS[case]
+    args = make_args(tmp_path)
+    before = _snapshot(old_run)
+    capsys.readouterr()
+    assert _run(*args, f"--model_dir={old_run}") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("keras-largebatch-train: error:")
+    assert "\n" not in err and expected in err
+    assert _snapshot(old_run) == before
+
+
+def test_global_batch_not_divisible_by_replicas_exits_2(
+        old_run, monkeypatch, capsys):
+    monkeypatch.setattr(train_main, "_distribution",
+                        lambda flags: (None, 3, True, 0))
+    before = _snapshot(old_run)
+    assert _run("--global_batch_size=32", f"--model_dir={old_run}") == 2
+    assert "divisible by the number of replicas (3)" in capsys.readouterr().err
+    assert _snapshot(old_run) == before
+
+
+def test_distribution_needs_its_backend(tmp_path, capsys):
+    flag = {"jax": "--distribution=multi_worker",
+            "tensorflow": "--distribution=data_parallel",
+            "torch": "--distribution=data_parallel"}[BACKEND]
+    assert _run(flag, *TINY, f"--model_dir={tmp_path}/run") == 2
+    assert "backend" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
+    model_dir = tmp_path / "run"
+    assert _run(*TINY, "--epochs=2", f"--model_dir={model_dir}") == 0
+    summary = json.loads((model_dir / "summary.json").read_text())
+    for key in ("model", "dataset", "global_batch_size", "epochs",
+                "val_accuracy", "images_per_sec", "wall_seconds"):
+        assert key in summary
+    assert (summary["model"], summary["dataset"], summary["epochs"]) == (
+        "alexnet_bn", "synthetic", 2)
+    assert summary["epochs_run_now"] == 2 and summary["images_per_sec"] > 0
+    png = (model_dir / "learning_curves.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    ckpts = sorted(os.listdir(model_dir / "checkpoints"))
+    assert ckpts == ["epoch_001.weights.h5", "epoch_002.weights.h5",
+                     "final.weights.h5"]
+
+    # Same flags again: restored at epoch 2, nothing left to train.
+    assert _run(*TINY, "--epochs=2", f"--model_dir={model_dir}") == 0
+    again = json.loads((model_dir / "summary.json").read_text())
+    assert again["epochs_run_now"] == 0
+    assert again["val_accuracy"] == pytest.approx(summary["val_accuracy"])
+    assert again["wall_seconds"] == pytest.approx(
+        summary["wall_seconds"] + again["wall_seconds_now"])
+
+    # One more epoch continues from epoch 2, not from scratch.
+    assert _run(*TINY, "--epochs=3", f"--model_dir={model_dir}") == 0
+    more = json.loads((model_dir / "summary.json").read_text())
+    assert more["epochs_run_now"] == 1
+    with open(model_dir / "history.csv") as f:
+        epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
+    assert epochs == [0, 1, 2]
+
+
+def test_default_flags_are_the_documented_default_run():
+    assert _run("--model=nope", "--model_dir=x") == 2  # defines and parses
+    flags = train_main.flags.FLAGS
+    flags.unparse_flags()
+    flags(["prog"])
+    assert (flags.model, flags.dataset, flags.global_batch_size,
+            flags.optimizer, flags.epochs, flags.distribution) == (
+        "alexnet_bn", "digits", 32, "lars_mixed", 6, "none")
+
+
+def _subprocess(args, extra_env=None, timeout=240):
+    env = dict(os.environ, KERAS_BACKEND=BACKEND, **(extra_env or {}))
+    env.pop("TF_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-c",
+         "from keras_largebatch.train.main import run; run()", *args],
+        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_console_entry_point_exits_2_on_unknown_model(tmp_path):
+    proc = _subprocess(["--model=vgg16", f"--model_dir={tmp_path}/run"])
+    assert proc.returncode == 2
+    assert "keras-largebatch-train: error:" in proc.stderr
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution on JAX")
+def test_data_parallel_counts_devices_as_replicas(tmp_path):
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    proc = _subprocess(["--distribution=data_parallel", *TINY,
+                        "--global_batch_size=7",
+                        f"--model_dir={tmp_path}/run"], env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "divisible by the number of replicas (2)" in proc.stderr
+    proc = _subprocess(["--distribution=data_parallel", *TINY, "--epochs=1",
+                        f"--model_dir={tmp_path}/run"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["replicas"] == 2
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow strategy")
+def test_multi_worker_flag_runs_under_the_strategy_alone(tmp_path):
+    proc = _subprocess(["--distribution=multi_worker", *TINY, "--epochs=1",
+                        f"--model_dir={tmp_path}/run"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["replicas"] == 1

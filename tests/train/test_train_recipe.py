@@ -1,0 +1,103 @@
+"""The recipe: learning-rate scaling, schedule, optimizers, model, weights."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_largebatch
+from keras_largebatch.train import recipe
+
+
+def _alexnet_bn_params(size, classes):
+    # conv (k*k*cin/groups*cout + cout), BN (4 * c), dense (in*out + out).
+    conv = [(11, 3, 96, 1), (5, 96, 256, 2), (3, 256, 384, 1),
+            (3, 384, 384, 2), (3, 384, 256, 2)]
+    total = sum(k * k * cin // g * cout + cout for k, cin, cout, g in conv)
+    total += 4 * (96 + 256 + 384 + 384 + 256)
+    side = ((size - 11) // 4 + 1 - 3) // 2 + 1
+    side = (side - 3) // 2 + 1
+    side = (side - 3) // 2 + 1
+    flat = side * side * 256
+    return total + flat * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * classes + classes
+
+
+def test_alexnet_bn_at_its_minimum_input_has_the_expected_parameters():
+    model = recipe.build_model("alexnet_bn", 67, 10, bn_momentum=0.9)
+    assert model.count_params() == _alexnet_bn_params(67, 10) == 20_214_538
+    bns = [l for l in model.layers
+           if isinstance(l, keras.layers.BatchNormalization)]
+    assert len(bns) == 5 and all(l.momentum == 0.9 for l in bns)
+
+
+def test_unknown_model_names_the_argument():
+    with pytest.raises(ValueError, match="`model`.*Received: model='vgg16'"):
+        recipe.build_model("vgg16", 32, 10)
+
+
+@pytest.mark.parametrize(
+    "optimizer,batch,scaling,expected",
+    [("sgd", 32, "linear", 0.1 * 32 / 256),
+     ("sgd", 1024, "linear", 0.1 * 4),
+     ("lars_mixed", 512, "sqrt", 2.0 * np.sqrt(2.0)),
+     ("lars", 512, "none", 2.0)],
+)
+def test_peak_learning_rate_scales_the_default_base_rate(
+        optimizer, batch, scaling, expected):
+    peak = recipe.peak_learning_rate(optimizer, 0.0, batch, 256, scaling)
+    assert peak == pytest.approx(expected)
+
+
+def test_schedule_warms_up_then_decays_to_the_end_rate():
+    lr = recipe.schedule(0.8, steps_per_epoch=10, epochs=5, warmup_epochs=1,
+                         end_learning_rate=1e-4, power=2.0)
+    assert (lr.warmup_steps, lr.decay_steps) == (10, 40)
+    values = [float(lr(s)) for s in (0, 5, 10, 30, 50)]
+    expected = [0.0, 0.4, 0.8, 1e-4 + (0.8 - 1e-4) * 0.5 ** 2, 1e-4]
+    np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_sgd_never_decays_biases_or_batch_norm():
+    model = keras.Sequential([
+        keras.Input((4,)), keras.layers.Dense(3),
+        keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    opt = recipe.build_optimizer("sgd", 0.1, model, weight_decay=0.5)
+    decayed = [v.path for v in model.trainable_variables
+               if opt._use_weight_decay(v)]
+    assert decayed == [model.layers[0].kernel.path,
+                       model.layers[2].kernel.path]
+
+
+def test_lars_mixed_gets_eta_and_weight_decay():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    opt = recipe.build_optimizer("lars_mixed", 0.1, model, eta=0.002,
+                                 weight_decay=1e-4)
+    assert isinstance(opt, keras_largebatch.LARSMixed)
+    config = opt.inner_optimizer.get_config()
+    assert config["eta"] == 0.002 and config["weight_decay"] == 1e-4
+
+
+def test_init_weights_of_another_architecture_is_rejected(tmp_path):
+    other = keras.Sequential([keras.Input((67, 67, 3)),
+                              keras.layers.Conv2D(4, 3, name="conv1")])
+    path = str(tmp_path / "other.weights.h5")
+    other.save_weights(path)
+    model = recipe.build_model("alexnet_bn", 67, 10)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ValueError, match="other.weights.h5"):
+        recipe.load_init_weights(model, path)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_init_weights_with_other_classes_loads_all_but_the_classifier(
+        tmp_path):
+    source = recipe.build_model("alexnet_bn", 67, 7)
+    path = str(tmp_path / "source.weights.h5")
+    source.save_weights(path)
+    model = recipe.build_model("alexnet_bn", 67, 3)
+    head = model.get_layer("predictions").get_weights()[0].copy()
+    recipe.load_init_weights(model, path)
+    np.testing.assert_array_equal(model.get_layer("fc7").get_weights()[0],
+                                  source.get_layer("fc7").get_weights()[0])
+    np.testing.assert_array_equal(
+        model.get_layer("predictions").get_weights()[0], head)
