@@ -32,29 +32,20 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from keras_largebatch.distribute.localhost import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32 64 MiB",
            "ours f32", "ours fp16", "flat buffer"]
 
 
-def _ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _launch(n, mode, args, timeout=900):
-    ports = _ports(n)
+    ports = free_ports(n)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     outs, procs = [], []
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")

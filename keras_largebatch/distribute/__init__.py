@@ -4,15 +4,28 @@
 fused, hierarchical and hybrid all-reduce and optional fp16 transport,
 under which Keras 3 `fit`, `evaluate` and `predict` run on many workers.
 `native_ops_available()` says whether the C++ pack/unpack ops loaded.
-The alpha-beta cost model is `keras_largebatch.distribute.cost_model`
-(imported on demand).
+The alpha-beta cost model is `keras_largebatch.distribute.cost_model`.
 """
 
-from keras_largebatch.distribute.all_reduce import FusedCollectiveAllReduce
-from keras_largebatch.distribute.all_reduce import assign_buckets
-from keras_largebatch.distribute.compression import Compression
-from keras_largebatch.distribute.native import native_ops_available
-from keras_largebatch.distribute.strategy import MultiWorkerMirroredStrategy
+import importlib
+
+# Imported on first use, so that TensorFlow-free parts (`cost_model`,
+# `localhost`) work without TensorFlow installed.
+_PUBLIC = {
+    "Compression": "compression",
+    "FusedCollectiveAllReduce": "all_reduce",
+    "MultiWorkerMirroredStrategy": "strategy",
+    "assign_buckets": "all_reduce",
+    "native_ops_available": "native",
+}
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        module = importlib.import_module(f"{__name__}.{_PUBLIC[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Compression",

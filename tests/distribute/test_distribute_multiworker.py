@@ -9,7 +9,6 @@ for 2 epochs of 4 steps (global batch 16), then evaluates and predicts.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import time
 import keras
 import numpy as np
 import pytest
+
+from keras_largebatch.distribute.localhost import free_ports
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow",
@@ -31,16 +32,6 @@ ATOL_FLOAT32 = 1e-5
 # float16 transport rounds each all-reduced gradient to 11 bits: ~3e-4
 # measured after 8 steps on weights of magnitude <= 1.7.
 ATOL_FP16 = 2e-3
-
-
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _env(tf_config=None):
@@ -60,7 +51,7 @@ def _kill(procs):
 
 
 def _start(num_workers, args, tmp_path, name):
-    ports = _free_ports(num_workers)
+    ports = free_ports(num_workers)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs, outs = [], []
     for i in range(num_workers):

@@ -2,13 +2,14 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from keras_largebatch.distribute.localhost import free_ports
 
 
 def load_timings(path):
@@ -95,16 +96,6 @@ print("TIMINGS " + json.dumps(out), flush=True)
 """
 
 
-def _free_ports(count):
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def measure_localhost(sizes=(2**12, 2**16, 2**20, 2**22), repeats=5, timeout=120):
     """Times TF ring all-reduces on a 2-worker loopback cluster.
 
@@ -123,7 +114,7 @@ def measure_localhost(sizes=(2**12, 2**16, 2**20, 2**22), repeats=5, timeout=120
             "`sizes` must hold two or more distinct byte counts, multiples "
             f"of 4 (float32). Received: sizes={sizes}"
         )
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
     with tempfile.TemporaryDirectory() as cwd:
