@@ -40,11 +40,15 @@ def check_model_dir(model_dir, run_config):
             f"`model_dir` exists and is not a directory. Received: "
             f"model_dir={model_dir!r}"
         )
-    parent = os.path.dirname(os.path.abspath(model_dir))
-    if not os.path.isdir(parent):
+    # Missing parents are created (after every check); the nearest existing
+    # ancestor must be a directory.
+    ancestor = os.path.dirname(os.path.abspath(model_dir))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
         raise OutputError(
-            f"The parent of `model_dir` does not exist. Received: "
-            f"model_dir={model_dir!r}"
+            f"`model_dir` lies under {ancestor!r}, which is not a directory. "
+            f"Received: model_dir={model_dir!r}"
         )
     config_path = os.path.join(model_dir, "run_config.json")
     if not os.path.exists(config_path):

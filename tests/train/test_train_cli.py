@@ -110,6 +110,14 @@ def test_global_batch_not_divisible_by_replicas_exits_2(
     assert _snapshot(old_run) == before
 
 
+def test_model_dir_under_a_file_exits_2_and_writes_nothing(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert _run(*TINY, f"--model_dir={blocker}/run") == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert blocker.read_text() == "x" and sorted(os.listdir(tmp_path)) == ["file"]
+
+
 def test_distribution_needs_its_backend(tmp_path, capsys):
     flag = {"jax": "--distribution=multi_worker",
             "tensorflow": "--distribution=data_parallel",
@@ -120,7 +128,7 @@ def test_distribution_needs_its_backend(tmp_path, capsys):
 
 
 def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
-    model_dir = tmp_path / "run"
+    model_dir = tmp_path / "runs" / "run"  # missing parents are created
     assert _run(*TINY, "--epochs=2", f"--model_dir={model_dir}") == 0
     summary = json.loads((model_dir / "summary.json").read_text())
     for key in ("model", "dataset", "global_batch_size", "epochs",
