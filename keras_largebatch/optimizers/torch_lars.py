@@ -19,22 +19,23 @@ def update_step(optimizer, grads, variables, learning_rate):
     for g, v in zip(grads, variables):
         if g is not None and not torch.is_tensor(g):
             g = keras.ops.convert_to_tensor(g)
+        flag = optimizer._lars_flags[optimizer._var_key(v)]
         dense = g is not None and not g.is_sparse
         float32 = v.dtype == "float32" and g.dtype == torch.float32
-        if dense and float32 and optimizer._lars_flags[optimizer._var_key(v)][0]:
-            fused.append((g, v))
+        if dense and float32 and flag[0]:
+            fused.append((g, v, flag))
         else:
             others.append((g, v))
     for g, v in others:
         lars_module.LARS.update_step(optimizer, g, v, learning_rate)
     if not fused:
         return
-    grads = [g for g, _ in fused]
-    keras_vars = [v for _, v in fused]
+    grads = [g for g, _, _ in fused]
+    keras_vars = [v for _, v, _ in fused]
+    flags = [flag for _, _, flag in fused]
     weights = [v.value for v in keras_vars]
     device = weights[0].device
 
-    flags = [optimizer._lars_flags[optimizer._var_key(v)] for v in keras_vars]
     decay_list = [optimizer.weight_decay if d else 0.0 for _, d, _ in flags]
     decay = torch.tensor(decay_list, dtype=torch.float32, device=device)
     adapted = torch.tensor([a for _, _, a in flags], device=device)
@@ -69,24 +70,23 @@ def update_step(optimizer, grads, variables, learning_rate):
                 [decay_scales[i] for i in decayed],
             )
         if optimizer.nesterov:
-            # w = w - momentum * v - scale * g - scale * wd * w
-            if decayed:
-                shrink = torch.unbind(1.0 - scale * decay)
-                torch._foreach_mul_(
-                    [weights[i] for i in decayed], [shrink[i] for i in decayed]
-                )
+            # w = w - momentum * v - scale * (g + wd * w)
+            _descend(weights, grads, scale, decay, decayed)
             torch._foreach_add_(weights, bufs, alpha=-momentum)
-            torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
         else:
             torch._foreach_sub_(weights, bufs)
     else:
-        # w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g
-        if decayed:
-            shrink = torch.unbind(1.0 - scale * decay)
-            torch._foreach_mul_(
-                [weights[i] for i in decayed], [shrink[i] for i in decayed]
-            )
-        torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
+        _descend(weights, grads, scale, decay, decayed)
+
+
+def _descend(weights, grads, scale, decay, decayed):
+    """w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g."""
+    if decayed:
+        shrink = torch.unbind(1.0 - scale * decay)
+        torch._foreach_mul_(
+            [weights[i] for i in decayed], [shrink[i] for i in decayed]
+        )
+    torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
 
 
 def _norms(tensors):
