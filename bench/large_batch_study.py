@@ -1,45 +1,80 @@
 """Large-batch study: does LARS hold accuracy where SGD loses it?
 
-Claim tested (Jia et al., arXiv:1807.11205; You et al., arXiv:1708.03888):
-with the same model and epoch budget, going from a small batch B to 16-32x B
-costs SGD (linear learning-rate scaling + warmup) accuracy, while LARS
-(warmup + polynomial decay) holds it.
+One model and data set (by default ResNet-8 of width 8 on Fashion-MNIST),
+a small batch B and a large batch `factor` x B, each optimizer with its
+recipe (SGD: Goyal et al.'s linear rule and warmup; LARSMixed: MLPerf's
+table). Three phases, every run one `keras-largebatch-train` process:
 
-Every configuration is one `keras-largebatch-train` run in its own process
-(same model, data, image size, epochs, warmup, weight decay, seed); only
-the batch, the optimizer and the peak rate differ. Prints a Markdown table
-and writes `bench/results/large_batch_study.json` and `.png`.
+1. short budget (`--short_epochs`): for each (optimizer, batch) a sweep of
+   `--rates` peak rates, log-spaced around the recipe's default by factors
+   of `--rate_step`; the recipe's warmup is kept;
+2. the best rate of each (optimizer, batch) again with a second seed;
+3. long budget (`--long_epochs`): the best short-budget rate of each
+   (optimizer, batch), once.
 
-    python bench/large_batch_study.py                 # the study (~24 min, loaded 2-core CPU)
-    python bench/large_batch_study.py --epochs 1 --small_batch 16 \
-        --large_batch 256 --steps_per_epoch 2 \
-        --out /tmp/smoke.json                         # a smoke run
+It writes `<out>.json` (every run: flags, per-epoch curves, final and best
+validation accuracy, wall time), `<out>.md` (the tables and the claims as
+measured) and `<out>.png` (accuracy against batch per optimizer with every
+sweep point, and the long-budget curves). Finished runs are kept in the
+JSON and skipped when the study is run again, so it can be stopped and
+resumed; `--report_only` rewrites the outputs from the JSON.
+
+    python bench/large_batch_study.py                   # hours on a 2-core CPU
+    python bench/large_batch_study.py --short_epochs 1 --long_epochs 1 \\
+        --rates 2 --steps_per_epoch 2 --out /tmp/smoke  # a smoke run
 """
 
 import argparse
 import csv
+import datetime
 import json
+import math
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
 
-def one_run(model_dir, batch, optimizer, args, base_lr):
+def recipe_default(optimizer, batch, epochs):
+    """(peak rate, warmup epochs) that the command's recipe would use."""
+    from keras_largebatch.train import recipe
+
+    peak = recipe.peak_learning_rate(optimizer, 0.0, batch)
+    return peak, recipe.warmup_epochs_for(optimizer, "auto", batch, epochs)
+
+
+def sweep_rates(default, count, step):
+    """`count` rates log-spaced by `step` around `default` (it included)."""
+    low = -(count // 2)
+    return [default * step ** k for k in range(low, low + count)]
+
+
+def run_key(r):
+    return (f"{r['phase']}|{r['optimizer']}|{r['batch']}|{r['epochs']}|"
+            f"{r['rate']:.6g}|{r['seed']}")
+
+
+def one_run(spec, args):
+    model_dir = os.path.join(args.work_dir, run_key(spec).replace("|", "_"))
     cmd = [
         sys.executable, "-c",
         "from keras_largebatch.train.main import run; run()",
         f"--model_dir={model_dir}", f"--model={args.model}",
-        f"--dataset={args.dataset}", f"--global_batch_size={batch}",
-        f"--optimizer={optimizer}", f"--epochs={args.epochs}",
-        f"--warmup_epochs={args.warmup_epochs}", "--verbose=0",
-        f"--base_learning_rate={base_lr}", f"--lr_scaling={args.lr_scaling}",
-        f"--seed={args.seed}",
+        f"--resnet_depth={args.depth}", f"--resnet_width={args.width}",
+        f"--dataset={args.dataset}", f"--global_batch_size={spec['batch']}",
+        f"--optimizer={spec['optimizer']}", f"--epochs={spec['epochs']}",
+        f"--warmup_epochs={spec['warmup_epochs']}", "--lr_scaling=none",
+        f"--base_learning_rate={spec['rate']}", f"--seed={spec['seed']}",
+        f"--weight_decay={args.weight_decay}",
+        f"--label_smoothing={args.label_smoothing}",
+        f"--bn_momentum={args.bn_momentum}", "--augment=none",
+        "--gradient_accumulation_steps="
+        f"{max(1, spec['batch'] // args.replica_batch)}",
+        "--precision=float32", "--verbose=0",
     ]
     if args.steps_per_epoch:
         cmd.append(f"--steps_per_epoch={args.steps_per_epoch}")
@@ -51,33 +86,191 @@ def one_run(model_dir, batch, optimizer, args, base_lr):
         summary = json.load(f)
     with open(os.path.join(model_dir, "history.csv")) as f:
         rows = list(csv.DictReader(f))
-    summary["val_accuracy_per_epoch"] = [float(r["val_accuracy"]) for r in rows]
-    summary["train_loss_per_epoch"] = [float(r["loss"]) for r in rows]
-    summary["process_seconds"] = time.perf_counter() - start
-    return summary
+    return dict(
+        spec,
+        val_accuracy=summary["val_accuracy"],
+        val_accuracy_per_epoch=[float(r["val_accuracy"]) for r in rows],
+        train_loss_per_epoch=[float(r["loss"]) for r in rows],
+        train_accuracy_per_epoch=[float(r["accuracy"]) for r in rows],
+        val_loss_per_epoch=[float(r["val_loss"]) for r in rows],
+        best_val_accuracy=max(float(r["val_accuracy"]) for r in rows),
+        images_per_sec=summary.get("images_per_sec"),
+        num_train=summary["num_train"],
+        backend=summary["backend"],
+        wall_seconds=time.perf_counter() - start,
+        loadavg_after=os.getloadavg()[0],
+        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
+    )
 
 
-def plot(results, path):
+def best(runs, phase, optimizer, batch):
+    """The run of highest final validation accuracy (seed 0)."""
+    pool = [r for r in runs if r["phase"] == phase and r["seed"] == 0
+            and r["optimizer"] == optimizer and r["batch"] == batch]
+    return max(pool, key=lambda r: r["val_accuracy"]) if pool else None
+
+
+def plan(args, runs):
+    """Yields run specs, most informative first, so a partial study says
+    something: both optimizers' sweeps at the large batch (claim a), SGD's at
+    the small batch, the long runs of claim (b), the second seeds, the rest.
+    Runs that need a best rate are yielded once the sweep behind it exists.
+    """
+    small, large = args.small_batch, args.small_batch * args.factors[0]
+    first, others = "sgd", [o for o in args.optimizers if o != "sgd"]
+
+    def sweep(optimizer, batch):
+        default, warmup = recipe_default(optimizer, batch, args.short_epochs)
+        rates = sweep_rates(default, args.rates, args.rate_step)
+        rates.sort(key=lambda r: abs(math.log(r / default)) + 1e-3 * (r < default))
+        return [dict(phase="short", optimizer=optimizer, batch=batch,
+                     epochs=args.short_epochs, rate=rate, seed=0,
+                     default_rate=default, warmup_epochs=warmup)
+                for rate in rates]
+
+    def follow(phase, optimizer, batch):
+        top = best(runs, "short", optimizer, batch)
+        if top is None:
+            return []
+        epochs = args.long_epochs if phase == "long" else args.short_epochs
+        _, warmup = recipe_default(optimizer, batch, epochs)
+        return [dict(phase=phase, optimizer=optimizer, batch=batch,
+                     epochs=epochs, rate=top["rate"],
+                     seed=1 if phase == "seed" else 0,
+                     default_rate=top["default_rate"], warmup_epochs=warmup)]
+
+    for group in zip(*(sweep(o, large) for o in args.optimizers)):
+        yield from group
+    yield from sweep(first, small)
+    for optimizer, batch in [(first, small)] + [(o, large) for o in others] + [
+            (first, large)]:
+        yield from follow("long", optimizer, batch)
+    for optimizer, batch in [(o, large) for o in args.optimizers] + [
+            (first, small)]:
+        yield from follow("seed", optimizer, batch)
+    for optimizer in others:
+        yield from sweep(optimizer, small)
+        yield from follow("seed", optimizer, small)
+        yield from follow("long", optimizer, small)
+    for factor in args.factors[1:]:
+        for optimizer in args.optimizers:
+            yield from sweep(optimizer, small * factor)
+            yield from follow("seed", optimizer, small * factor)
+            yield from follow("long", optimizer, small * factor)
+
+
+def claims(record):
+    """The issue's two claims, as measured (None where a run is missing)."""
+    runs, args = record["runs"], record["args"]
+    small = args["small_batch"]
+    large = small * args["factors"][0]
+    acc = lambda phase, opt, b: (  # noqa: E731
+        best(runs, phase, opt, b) or {}).get("val_accuracy")
+    out = {}
+    sgd_l, lars_l = acc("short", "sgd", large), acc("short", "lars_mixed", large)
+    if sgd_l is not None and lars_l is not None:
+        gap = lars_l - sgd_l
+        out["a"] = dict(
+            text=f"at {large} and {args['short_epochs']} epochs, LARSMixed's "
+                 f"best is >= 2 points above SGD's best",
+            lars_mixed=lars_l, sgd=sgd_l, difference_points=100 * gap,
+            holds=gap >= 0.02)
+    sgd_s = acc("long", "sgd", small)
+    sgd_l, lars_l = acc("long", "sgd", large), acc("long", "lars_mixed", large)
+    if None not in (sgd_s, sgd_l, lars_l):
+        out["b"] = dict(
+            text=f"at {args['long_epochs']} epochs, LARSMixed at {large} is "
+                 f"within 1 point of SGD at {small}, and SGD at {large} is "
+                 f">= 2 points below it",
+            sgd_small=sgd_s, lars_mixed_large=lars_l, sgd_large=sgd_l,
+            lars_gap_points=100 * (sgd_s - lars_l),
+            sgd_gap_points=100 * (sgd_s - sgd_l),
+            holds=(sgd_s - lars_l) <= 0.01 and (sgd_s - sgd_l) >= 0.02)
+    return out
+
+
+def report(record, path):
+    runs, args = record["runs"], record["args"]
+    lines = [
+        f"# Large-batch study: {args['model']} (depth {args['depth']}, width "
+        f"{args['width']}) on {args['dataset']}",
+        "",
+        f"Machine: {record['machine']}. Backend: "
+        f"{runs[0]['backend'] if runs else '?'}. Command: `{record['command']}`."
+        f" Started {record['started']}; {len(runs)} runs, "
+        f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h of runs.",
+        f"Batches above {args['replica_batch']} accumulate gradients over "
+        f"batches of {args['replica_batch']} (per-replica batch norm). "
+        f"Label smoothing {args['label_smoothing']}, weight decay "
+        f"{args['weight_decay']} (kernels only), BN momentum "
+        f"{args['bn_momentum']}, no augmentation, float32, warmup + poly(2).",
+        "",
+        "| phase | optimizer | batch | epochs | peak rate (recipe) | warmup "
+        "epochs | seed | final val acc | best epoch val acc | final train "
+        "loss | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = {"short": 0, "seed": 1, "long": 2}
+    for r in sorted(runs, key=lambda r: (order[r["phase"]], r["optimizer"],
+                                          r["batch"], r["rate"], r["seed"])):
+        lines.append(
+            f"| {r['phase']} | {r['optimizer']} | {r['batch']} | "
+            f"{r['epochs']} | {r['rate']:.4g} ({r['default_rate']:.4g}) | "
+            f"{r['warmup_epochs']:.2f} | {r['seed']} | "
+            f"{r['val_accuracy']:.4f} | {r['best_val_accuracy']:.4f} | "
+            f"{r['train_loss_per_epoch'][-1]:.4f} | {r['wall_seconds']:.0f} |")
+    lines += ["", "## Claims, as measured", ""]
+    for name, c in record["claims"].items():
+        lines.append(f"- ({name}) {c['text']}: **{'holds' if c['holds'] else 'does not hold'}** — "
+                     + ", ".join(f"{k} {v:.4f}" for k, v in c.items()
+                                 if isinstance(v, float)))
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def plot(record, path):
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for r in results:
-        style = "-" if r["optimizer"] == "sgd" else "--"
-        ax.plot(range(1, len(r["val_accuracy_per_epoch"]) + 1),
-                r["val_accuracy_per_epoch"], style, marker="o",
-                label=f"{r['optimizer']}, batch {r['global_batch_size']}, "
-                      f"peak lr {r['peak_learning_rate']:.3g}")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("validation accuracy")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(f"{results[0]['model']} on {results[0]['dataset']}, "
-                 f"{results[0]['epochs']} epochs, {results[0]['backend']}",
-                 fontsize=9)
+    runs = record["runs"]
+    colors = {"sgd": "tab:blue", "lars_mixed": "tab:red",
+              "lamb_mixed": "tab:green"}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for opt in record["args"]["optimizers"]:
+        c = colors.get(opt, "k")
+        pts = [r for r in runs if r["optimizer"] == opt and r["phase"] != "long"]
+        ax1.scatter([r["batch"] for r in pts], [r["val_accuracy"] for r in pts],
+                    s=14, color=c, alpha=0.45)
+        batches = sorted({r["batch"] for r in pts})
+        tops = [best(runs, "short", opt, b) for b in batches]
+        ax1.plot(batches, [t["val_accuracy"] for t in tops], "-o", color=c,
+                 label=f"{opt}, best of sweep ({record['args']['short_epochs']} ep)")
+        longs = [best(runs, "long", opt, b) for b in batches]
+        if all(longs):
+            ax1.plot(batches, [t["val_accuracy"] for t in longs], "--s",
+                     color=c, label=f"{opt}, {record['args']['long_epochs']} ep")
+            for t in longs:
+                ax2.plot(range(1, t["epochs"] + 1), t["val_accuracy_per_epoch"],
+                         "-" if t["batch"] == batches[0] else "--", color=c,
+                         label=f"{opt}, batch {t['batch']}, lr {t['rate']:.3g}")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xlabel("global batch")
+    ax1.set_ylabel("final validation accuracy")
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize=7)
+    ax1.set_title("every sweep point (dots); best rate (lines)", fontsize=9)
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("validation accuracy")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=7)
+    ax2.set_title("long budget, best rates", fontsize=9)
+    a = record["args"]
+    fig.suptitle(f"ResNet-{a['depth']} (width {a['width']}) on {a['dataset']}",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -85,61 +278,70 @@ def plot(results, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="alexnet_bn")
-    parser.add_argument("--dataset", default="digits")
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--warmup_epochs", type=float, default=1.0)
-    parser.add_argument("--small_batch", type=int, default=16)
-    parser.add_argument("--large_batch", type=int, default=256)
-    parser.add_argument("--sgd_base_lr", type=float, default=0.1)
-    parser.add_argument("--lars_base_lr", type=float, default=2.0)
-    parser.add_argument("--lr_scaling", default="linear")
+    parser.add_argument("--model", default="resnet_cifar")
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--width", type=int, default=4)
+    parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--small_batch", type=int, default=128)
+    parser.add_argument("--factors", type=int, nargs="+", default=[32])
+    parser.add_argument("--optimizers", nargs="+",
+                        default=["sgd", "lars_mixed"])
+    parser.add_argument("--short_epochs", type=int, default=8)
+    parser.add_argument("--long_epochs", type=int, default=24)
+    parser.add_argument("--rates", type=int, default=4)
+    parser.add_argument("--rate_step", type=float, default=2.0)
+    parser.add_argument("--weight_decay", type=float, default=5e-4)
+    parser.add_argument("--label_smoothing", type=float, default=0.1)
+    parser.add_argument("--bn_momentum", type=float, default=0.9)
+    parser.add_argument(
+        "--replica_batch", type=int, default=256,
+        help="larger batches accumulate gradients over batches of this size "
+             "(batch norm per batch of it, as per replica on a cluster)")
     parser.add_argument("--steps_per_epoch", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--phases", nargs="+", default=["short", "seed", "long"])
+    parser.add_argument("--work_dir", default=os.path.join("runs", "study"))
     parser.add_argument("--out", default=os.path.join(
-        RESULTS, "large_batch_study.json"))
+        RESULTS, "large_batch_study"))
+    parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args()
 
-    results = []
-    load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        for batch in (args.small_batch, args.large_batch):
-            for optimizer, base_lr in (("sgd", args.sgd_base_lr),
-                                       ("lars_mixed", args.lars_base_lr)):
-                model_dir = os.path.join(tmp, f"{optimizer}_{batch}")
-                r = one_run(model_dir, batch, optimizer, args, base_lr)
-                results.append(r)
-                print(f"done: {optimizer} batch {batch} "
-                      f"val_accuracy {r['val_accuracy']:.4f}", flush=True)
+    json_path = args.out + ".json"
+    record = {"runs": []}
+    if os.path.exists(json_path):
+        with open(json_path) as f:
+            record = json.load(f)
+    record.update(
+        args=vars(args),
+        command="python bench/large_batch_study.py " + " ".join(sys.argv[1:]),
+        machine=f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",
+    )
+    record.setdefault("started", datetime.date.today().isoformat())
+    done = {run_key(r) for r in record["runs"]}
 
-    print()
-    print(f"{results[0]['model']} on {results[0]['dataset']}, "
-          f"{args.epochs} epochs, backend {results[0]['backend']}, "
-          f"{platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs")
-    print()
-    print("| optimizer | global batch | steps | peak lr | val accuracy "
-          "| best epoch acc | images/s |")
-    print("|---|---|---|---|---|---|---|")
-    for r in results:
-        steps = args.epochs * (args.steps_per_epoch or -(
-            -r["num_train"] // r["global_batch_size"]))
-        r["steps"] = steps
-        print(f"| {r['optimizer']} | {r['global_batch_size']} | {steps} | "
-              f"{r['peak_learning_rate']:.4g} | {r['val_accuracy']:.4f} | "
-              f"{max(r['val_accuracy_per_epoch']):.4f} | "
-              f"{r['images_per_sec'] or 0:.1f} |")
-    record = {
-        "args": vars(args),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",
-        "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
-        "results": results,
-    }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=2)
-    plot(results, os.path.splitext(args.out)[0] + ".png")
+    def save():
+        record["claims"] = claims(record)
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        tmp = json_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(tmp, json_path)
+
+    if not args.report_only:
+        for spec in plan(args, record["runs"]):
+            if spec["phase"] not in args.phases or run_key(spec) in done:
+                continue
+            r = one_run(spec, args)
+            record["runs"].append(r)
+            done.add(run_key(r))
+            save()
+            print(f"{r['phase']:5s} {r['optimizer']:10s} batch {r['batch']:6d} "
+                  f"lr {r['rate']:8.4g} seed {r['seed']} -> val "
+                  f"{r['val_accuracy']:.4f} ({r['wall_seconds']:.0f} s)",
+                  flush=True)
+    save()
+    print(report(record, args.out + ".md"))
+    if record["runs"]:
+        plot(record, args.out + ".png")
 
 
 if __name__ == "__main__":

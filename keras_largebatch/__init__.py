@@ -12,6 +12,7 @@ from keras_largebatch.decay import no_decay_variables
 from keras_largebatch.optimizers import LARS
 from keras_largebatch.optimizers import LARSMixed
 from keras_largebatch.schedules import WarmupPolynomialDecay
+from keras_largebatch.schedules import mlperf_lars_rate
 from keras_largebatch.schedules import scale_learning_rate
 
 __version__ = "0.1.0"
@@ -21,6 +22,7 @@ __all__ = [
     "LARSMixed",
     "WarmupPolynomialDecay",
     "exclude_bias_and_norm",
+    "mlperf_lars_rate",
     "no_decay_variables",
     "scale_learning_rate",
 ]

@@ -120,6 +120,41 @@ def scale_learning_rate(base_learning_rate, batch_size, base_batch_size=256, rul
     )
 
 
+# MLPerf's reference LARS for ResNet-50 (mlcommons/training,
+# image_classification/tensorflow2/lars_util.py): the peak rate and warmup
+# epochs as a function of the global batch, with the ImageNet epochs of the
+# runs they were tuned for (the 4,096 reference run trained 42 epochs; the
+# 64K record runs about 90).
+MLPERF_LARS_TABLE = (
+    # (global batch below, peak rate, warmup epochs, of epochs)
+    (16_384, 10.0, 5, 42),
+    (32_768, 25.0, 5, 42),
+    (None, 31.2, 25, 90),
+)
+# Goyal et al. (arXiv:1706.02677): 0.1 per 256 images, 5 warmup epochs of 90.
+GOYAL_SGD = (0.1, 256, 5, 90)
+
+
+@keras_largebatch_export("keras_largebatch.mlperf_lars_rate")
+def mlperf_lars_rate(global_batch_size):
+    """MLPerf's LARS peak rate and warmup for a global batch.
+
+    Returns `(peak_learning_rate, warmup_fraction)`: the peak is 10 below a
+    global batch of 16,384, 25 below 32,768 and 31.2 from there on; the
+    warmup is 5 of 42 epochs below 32,768 and 25 of 90 from there on. The
+    peak does not grow linearly with the batch: LARS' trust ratio already
+    makes each layer's step relative to its weight norm. On a data set other
+    than ImageNet the warmup is kept as the same fraction of the run.
+    """
+    _require(
+        isinstance(global_batch_size, int) and global_batch_size >= 1,
+        "global_batch_size", global_batch_size, "an int >= 1",
+    )
+    for below, peak, warmup, epochs in MLPERF_LARS_TABLE:
+        if below is None or global_batch_size < below:
+            return peak, warmup / epochs
+
+
 def _require(condition, name, value, expected):
     if not condition:
         raise ValueError(

@@ -10,12 +10,23 @@ TFRecord without ImageNet's features.
 
 import dataclasses
 import glob
+import gzip
 import os
 
 import numpy as np
 
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
-KERAS_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+KERAS_DATASETS = ("mnist", "cifar10", "cifar100")
+# Where Fashion-MNIST's four IDX files are looked for, in order: Debian's
+# `dataset-fashion-mnist` package, then Keras' download cache.
+FASHION_MNIST_DIRS = (
+    "/usr/share/datasets/fashion-mnist",
+    os.path.join("~", ".keras", "datasets", "fashion-mnist"),
+)
+FASHION_MNIST_FILES = (
+    "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
+)
 
 
 class DataError(ValueError):
@@ -30,29 +41,36 @@ class DataSpec:
     num_classes: int
     num_train: int
     num_validation: int
-    grayscale_digits: bool = False
+    channels: int = 3
 
 
 def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
-         check_images=True):
-    """Builds the `DataSpec` for `--dataset`; raises `DataError`."""
+         check_images=True, channels=3):
+    """Builds the `DataSpec` for `--dataset`; raises `DataError`.
+
+    `channels=3` repeats grayscale images to three channels (for models
+    made for RGB); `None` keeps each data set's own channels.
+    """
     if dataset == "digits":
-        return load_digits(image_size, seed)
+        return load_digits(image_size, seed, channels)
     if dataset == "synthetic":
         return load_synthetic(image_size, num_classes or 10, seed)
     if dataset == "directory":
         return load_directory(data_dir, image_size, seed, check_images)
     if dataset == "tfrecord":
         return load_tfrecord(data_dir, image_size, num_classes or 1000)
+    if dataset == "fashion_mnist":
+        return load_fashion_mnist(image_size, data_dir, channels)
     if dataset in KERAS_DATASETS:
-        return load_keras_dataset(dataset, image_size)
+        return load_keras_dataset(dataset, image_size, channels)
     raise DataError(
         f"`dataset` must be one of digits, directory, tfrecord, synthetic, "
-        f"{', '.join(KERAS_DATASETS)}. Received: dataset={dataset!r}"
+        f"fashion_mnist, {', '.join(KERAS_DATASETS)}. "
+        f"Received: dataset={dataset!r}"
     )
 
 
-def load_digits(image_size, seed=0):
+def load_digits(image_size, seed=0, channels=3):
     """scikit-learn's digits: 1,797 real 8x8 scans, 80/20 stratified split.
 
     The images ship inside the scikit-learn wheel, so this needs no network.
@@ -67,13 +85,101 @@ def load_digits(image_size, seed=0):
         x, digits.target, test_size=0.2, stratify=digits.target,
         random_state=seed,
     )
-    spec = _from_arrays("digits", x_train, y_train, x_val, y_val, 10,
-                        image_size)
-    spec.grayscale_digits = True
-    return spec
+    return _from_arrays("digits", x_train, y_train, x_val, y_val, 10,
+                        image_size, channels)
 
 
-def load_keras_dataset(name, image_size):
+def read_idx(path):
+    """Reads one IDX file (gzipped or not) into a uint8 NumPy array.
+
+    The format of LeCun's MNIST files: two zero bytes, a type code (0x08 for
+    unsigned bytes), the number of dimensions, each dimension as a big-endian
+    int32, then the data.
+    """
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise DataError(f"Cannot read IDX file {path}: {e}") from None
+    if len(raw) < 4 or raw[0] or raw[1] or raw[2] != 0x08 or not raw[3]:
+        raise DataError(
+            f"{path} is not an IDX file of unsigned bytes (header "
+            f"{raw[:4].hex() or 'empty'}, expected 0000 08 <ndim>)")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    shape = tuple(np.frombuffer(raw[4:header], ">i4").tolist())
+    if len(shape) != ndim or len(raw) - header != int(np.prod(shape)):
+        raise DataError(
+            f"{path}: the IDX header gives shape {shape}, which does not "
+            f"match the {max(len(raw) - header, 0)} bytes of data")
+    return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+
+
+def find_fashion_mnist(data_dir=None):
+    """The folder holding Fashion-MNIST's four IDX files, or None."""
+    dirs = (data_dir,) if data_dir else FASHION_MNIST_DIRS
+    for d in dirs:
+        d = os.path.expanduser(d)
+        if all(os.path.isfile(os.path.join(d, f))
+               for f in FASHION_MNIST_FILES):
+            return d
+    return None
+
+
+def load_fashion_mnist_arrays(data_dir=None):
+    """`(x_train, y_train), (x_test, y_test)` of Fashion-MNIST, uint8.
+
+    Offline first: the IDX files of Debian's `dataset-fashion-mnist`
+    (`/usr/share/datasets/fashion-mnist`), then Keras' cache
+    (`~/.keras/datasets/fashion-mnist`), then `keras.datasets.fashion_mnist`
+    (downloads). With `data_dir`, only that folder is read. The published
+    split: 60,000 training and 10,000 test images of 28x28, 10 classes.
+    """
+    folder = find_fashion_mnist(data_dir)
+    if folder is not None:
+        arrays = [read_idx(os.path.join(folder, f))
+                  for f in FASHION_MNIST_FILES]
+        for images, labels, f in ((arrays[0], arrays[1], "train"),
+                                  (arrays[2], arrays[3], "t10k")):
+            if images.ndim != 3 or labels.ndim != 1 or (
+                    len(images) != len(labels)):
+                raise DataError(
+                    f"Fashion-MNIST {f} files in {folder} disagree: images "
+                    f"{images.shape}, labels {labels.shape}")
+        return (arrays[0], arrays[1]), (arrays[2], arrays[3])
+    if data_dir:
+        raise DataError(
+            f"`data_dir` must hold Fashion-MNIST's IDX files "
+            f"({', '.join(FASHION_MNIST_FILES)}). Received: "
+            f"data_dir={data_dir!r}")
+    import keras
+
+    try:
+        return keras.datasets.fashion_mnist.load_data()
+    except Exception as e:
+        places = ", ".join(FASHION_MNIST_DIRS)
+        raise DataError(
+            f"Fashion-MNIST not found in {places}, and "
+            f"keras.datasets.fashion_mnist could not download it "
+            f"({type(e).__name__}). Install it offline with `apt-get install "
+            f"dataset-fashion-mnist` or pass --data_dir. "
+            f"Received: dataset='fashion_mnist'") from None
+
+
+def load_fashion_mnist(image_size, data_dir=None, channels=3):
+    """Fashion-MNIST (Xiao et al. 2017, arXiv:1708.07747), one channel.
+
+    See `load_fashion_mnist_arrays` for where the files come from.
+    """
+    (x_train, y_train), (x_val, y_val) = load_fashion_mnist_arrays(data_dir)
+    return _from_arrays(
+        "fashion_mnist", x_train[..., None].astype("float32") / 255.0,
+        y_train, x_val[..., None].astype("float32") / 255.0, y_val, 10,
+        image_size, channels)
+
+
+def load_keras_dataset(name, image_size, channels=3):
     """`keras.datasets.<name>.load_data()` (downloads once to ~/.keras)."""
     import keras
 
@@ -90,13 +196,11 @@ def load_keras_dataset(name, image_size):
     if x_train.ndim == 3:
         x_train, x_val = x_train[..., None], x_val[..., None]
     num_classes = int(max(y_train.max(), y_val.max())) + 1
-    spec = _from_arrays(
+    return _from_arrays(
         name, x_train.astype("float32") / 255.0, y_train.reshape(-1),
         x_val.astype("float32") / 255.0, y_val.reshape(-1), num_classes,
-        image_size,
+        image_size, channels,
     )
-    spec.grayscale_digits = name == "mnist"
-    return spec
 
 
 def load_synthetic(image_size, num_classes, seed=0, num_examples=512):
@@ -113,18 +217,22 @@ def load_synthetic(image_size, num_classes, seed=0, num_examples=512):
 
 
 def _from_arrays(name, x_train, y_train, x_val, y_val, num_classes,
-                 image_size):
+                 image_size, channels=3):
     import tensorflow as tf
 
+    native = x_train.shape[-1]
+    channels = channels or native
+
     def make(x, y):
-        x = tf.image.resize(x, (image_size, image_size), "bilinear")
-        if x.shape[-1] == 1:
+        if x.shape[1:3] != (image_size, image_size):
+            x = tf.image.resize(x, (image_size, image_size), "bilinear")
+        if native == 1 and channels == 3:
             x = tf.repeat(x, 3, axis=-1)
         labels = tf.one_hot(np.asarray(y, "int64"), num_classes)
         return tf.data.Dataset.from_tensor_slices((x, labels))
 
     return DataSpec(name, make(x_train, y_train), make(x_val, y_val),
-                    num_classes, len(x_train), len(x_val))
+                    num_classes, len(x_train), len(x_val), channels)
 
 
 def load_directory(data_dir, image_size, seed=0, check_images=True):

@@ -7,7 +7,7 @@ polynomial decay, 6 epochs, a few minutes on a 2-core CPU.
 
 from absl import flags
 
-MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5")
+MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5", "resnet_cifar")
 DATASETS = (
     "digits",
     "directory",
@@ -29,7 +29,14 @@ def define_flags():
     """Defines the flags once (absl flags are process-global)."""
     if "model" in FLAGS:
         return
-    flags.DEFINE_enum("model", "alexnet_bn", MODELS, "Architecture.")
+    flags.DEFINE_enum(
+        "model", "alexnet_bn", MODELS,
+        "Architecture; resnet_cifar is He et al.'s CIFAR ResNet "
+        "(--resnet_depth, --resnet_width), for CPU-scale studies.")
+    flags.DEFINE_integer(
+        "resnet_depth", 20, "resnet_cifar: depth 6n + 2 (8, 14, 20, ...).")
+    flags.DEFINE_integer(
+        "resnet_width", 16, "resnet_cifar: channels of the first stage.")
     flags.DEFINE_enum(
         "dataset", "digits", DATASETS,
         "digits: embedded (scikit-learn, no download); directory: class "
@@ -46,26 +53,40 @@ def define_flags():
     )
     flags.DEFINE_integer(
         "image_size", 0,
-        "Square input size; 0 means 67 for alexnet_bn (its minimum) and 32 "
-        "for resnet50.",
+        "Square input size; 0 means 67 for alexnet_bn (its minimum), 32 "
+        "for resnet50, and the data set's own size for resnet_cifar.",
     )
     flags.DEFINE_integer("global_batch_size", 32, "Batch over all replicas.")
     flags.DEFINE_float(
         "base_learning_rate", 0.0,
         "Rate at --base_batch_size, scaled by --lr_scaling to the global "
-        "batch; 0 means 0.1 for sgd and 2.0 for lars and lars_mixed.",
+        "batch; 0 means 0.1 for sgd and 2.0 for lars and lars_mixed. Not "
+        "used by --lr_scaling=mlperf.",
     )
     flags.DEFINE_integer("base_batch_size", 256, "Batch of the base rate.")
     flags.DEFINE_enum(
-        "lr_scaling", "linear", ("linear", "sqrt", "none"),
-        "How the base rate scales with the global batch.",
+        "lr_scaling", "auto", ("auto", "mlperf", "linear", "sqrt", "none"),
+        "The peak rate: mlperf is MLPerf's LARS table by global batch (10 "
+        "below 16K, 25 below 32K, 31.2 above); linear (Goyal et al.) and "
+        "sqrt scale --base_learning_rate; none uses it as the peak. auto: "
+        "mlperf for lars and lars_mixed, linear for sgd.",
     )
-    flags.DEFINE_float("warmup_epochs", 1.0, "Linear warmup length.")
+    flags.DEFINE_float(
+        "warmup_epochs", None,
+        "Linear warmup length; default: the rule's fraction of --epochs "
+        "(mlperf: 5/42 below a global batch of 32K, 25/90 above; linear: "
+        "5/90).")
     flags.DEFINE_float("end_learning_rate", 1e-4, "Rate after decay.")
     flags.DEFINE_float("poly_power", 2.0, "Power of the polynomial decay.")
     flags.DEFINE_integer("epochs", 6, "Training epochs.")
     flags.DEFINE_integer(
         "steps_per_epoch", 0, "Limit steps per epoch (0: whole data set).")
+    flags.DEFINE_integer(
+        "gradient_accumulation_steps", 1,
+        "Batches of --global_batch_size / N whose gradients are averaged "
+        "before each update: a large batch on a small machine (batch norm "
+        "then sees each batch of global / N, as on a cluster each replica "
+        "does).")
     flags.DEFINE_enum("optimizer", "lars_mixed", OPTIMIZERS, "Optimizer.")
     flags.DEFINE_float("momentum", 0.9, "Momentum.")
     flags.DEFINE_float("eta", 0.001, "LARS trust coefficient.")

@@ -75,7 +75,7 @@ def prepare(FLAGS):
 
     job = Job()
     job.flags = {name: FLAGS[name].value for name in _flag_names()}
-    size = FLAGS.image_size or recipe.DEFAULT_IMAGE_SIZE[FLAGS.model]
+    size = recipe.image_size_for(FLAGS.model, FLAGS.dataset, FLAGS.image_size)
     minimum = recipe.MIN_IMAGE_SIZE[FLAGS.model]
     if size < minimum:
         raise ValueError(
@@ -85,7 +85,13 @@ def prepare(FLAGS):
     _check(FLAGS.global_batch_size >= 1, "global_batch_size", ">= 1")
     _check(FLAGS.epochs >= 1, "epochs", ">= 1")
     _check(FLAGS.steps_per_epoch >= 0, "steps_per_epoch", ">= 0")
-    _check(FLAGS.warmup_epochs >= 0, "warmup_epochs", ">= 0")
+    _check(FLAGS.gradient_accumulation_steps >= 1,
+           "gradient_accumulation_steps", ">= 1")
+    _check(FLAGS.warmup_epochs is None or FLAGS.warmup_epochs >= 0,
+           "warmup_epochs", ">= 0")
+    _check(FLAGS.resnet_width >= 1, "resnet_width", ">= 1")
+    _check(FLAGS.resnet_depth >= 8 and (FLAGS.resnet_depth - 2) % 6 == 0,
+           "resnet_depth", "6n + 2 with n >= 1 (8, 14, 20, ...)")
     _check(FLAGS.base_learning_rate >= 0, "base_learning_rate", ">= 0")
     _check(FLAGS.weight_decay >= 0, "weight_decay", ">= 0")
     _check(FLAGS.eta > 0, "eta", "> 0")
@@ -107,12 +113,21 @@ def prepare(FLAGS):
             f"replicas ({job.replicas}). Received: "
             f"global_batch_size={FLAGS.global_batch_size}"
         )
+    if FLAGS.global_batch_size % (
+            job.replicas * FLAGS.gradient_accumulation_steps):
+        raise ValueError(
+            f"`global_batch_size` must be divisible by the replicas "
+            f"({job.replicas}) times --gradient_accumulation_steps "
+            f"({FLAGS.gradient_accumulation_steps}). Received: "
+            f"global_batch_size={FLAGS.global_batch_size}"
+        )
     keras.utils.set_random_seed(FLAGS.seed)
     job.precision = recipe.resolve_precision(FLAGS.precision)
     keras.mixed_precision.set_dtype_policy(job.precision)
 
     spec = data.load(FLAGS.dataset, size, FLAGS.data_dir, FLAGS.num_classes,
-                     FLAGS.seed, FLAGS.check_images)
+                     FLAGS.seed, FLAGS.check_images,
+                     recipe.input_channels(FLAGS.model))
     job.spec, job.image_size = spec, size
     job.run_config = dict(job.flags, image_size=size,
                           num_classes=spec.num_classes)
@@ -121,11 +136,13 @@ def prepare(FLAGS):
     policy = augment.policy_for(FLAGS.augment, FLAGS.dataset)
     augmenter = augment.build(policy, size, FLAGS.seed)
     drop = job.replicas > 1
+    accumulation = FLAGS.gradient_accumulation_steps
+    step_batch = FLAGS.global_batch_size // accumulation
     job.train_ds, job.val_ds = data.batch(
-        spec, FLAGS.global_batch_size, augmenter, FLAGS.seed, drop)
-    per_epoch = (spec.num_train // FLAGS.global_batch_size if drop
-                 else math.ceil(spec.num_train / FLAGS.global_batch_size))
-    if per_epoch < 1:
+        spec, step_batch, augmenter, FLAGS.seed, drop)
+    per_epoch = (spec.num_train // step_batch if drop
+                 else math.ceil(spec.num_train / step_batch))
+    if spec.num_train < FLAGS.global_batch_size:
         raise ValueError(
             f"`global_batch_size` is larger than the {spec.num_train} "
             f"training images. Received: "
@@ -136,21 +153,27 @@ def prepare(FLAGS):
         job.steps_per_epoch = FLAGS.steps_per_epoch
         per_epoch = FLAGS.steps_per_epoch
         job.train_ds = job.train_ds.repeat()
+    # The schedule counts optimizer updates, one per `accumulation` batches.
+    per_epoch = per_epoch / accumulation
 
     job.peak_lr = recipe.peak_learning_rate(
         FLAGS.optimizer, FLAGS.base_learning_rate, FLAGS.global_batch_size,
         FLAGS.base_batch_size, FLAGS.lr_scaling)
+    job.warmup_epochs = recipe.warmup_epochs_for(
+        FLAGS.optimizer, FLAGS.lr_scaling, FLAGS.global_batch_size,
+        FLAGS.epochs, FLAGS.warmup_epochs)
     with _scope(job.strategy):
-        model = recipe.build_model(FLAGS.model, size, spec.num_classes,
-                                     FLAGS.bn_momentum)
+        model = recipe.build_model(
+            FLAGS.model, size, spec.num_classes, FLAGS.bn_momentum,
+            spec.channels, FLAGS.resnet_depth, FLAGS.resnet_width)
         if FLAGS.init_weights:
             recipe.load_init_weights(model, FLAGS.init_weights)
         lr = recipe.schedule(job.peak_lr, per_epoch, FLAGS.epochs,
-                             FLAGS.warmup_epochs, FLAGS.end_learning_rate,
+                             job.warmup_epochs, FLAGS.end_learning_rate,
                              FLAGS.poly_power)
         optimizer = recipe.build_optimizer(
             FLAGS.optimizer, lr, model, FLAGS.momentum, FLAGS.eta,
-            FLAGS.weight_decay)
+            FLAGS.weight_decay, FLAGS.gradient_accumulation_steps)
         recipe.compile_model(model, optimizer, FLAGS.label_smoothing)
     job.model = model
     job.model_dir = FLAGS.model_dir
@@ -162,6 +185,7 @@ def train(job, start):
     import keras
 
     from keras_largebatch.train import outputs
+    from keras_largebatch.train import recipe
 
     F = job.flags
     out_dir = job.model_dir if job.chief else os.path.join(
@@ -215,6 +239,8 @@ def train(job, start):
         "image_size": job.image_size,
         "optimizer": F["optimizer"],
         "peak_learning_rate": job.peak_lr,
+        "lr_rule": recipe.lr_rule(F["optimizer"], F["lr_scaling"]),
+        "warmup_epochs": job.warmup_epochs,
         "precision": job.precision,
         "backend": keras.backend.backend(),
         "replicas": job.replicas,
@@ -238,10 +264,11 @@ def train(job, start):
 
 def _flag_names():
     return [
-        "model", "dataset", "data_dir", "num_classes", "image_size",
+        "model", "resnet_depth", "resnet_width", "dataset", "data_dir", "num_classes", "image_size",
         "global_batch_size", "base_learning_rate", "base_batch_size",
         "lr_scaling", "warmup_epochs", "end_learning_rate", "poly_power",
-        "epochs", "steps_per_epoch", "optimizer", "momentum", "eta",
+        "epochs", "steps_per_epoch", "gradient_accumulation_steps",
+        "optimizer", "momentum", "eta",
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",

@@ -1,11 +1,22 @@
 """The large-batch recipe: model, precision, learning rate, optimizer.
 
-The learning rate is tuned at `base_batch_size` and scaled to the global
-batch (`linear`: Goyal et al., arXiv:1706.02677; `sqrt`: Krizhevsky,
-arXiv:1404.5997), then follows `WarmupPolynomialDecay`: linear warmup for
-`warmup_epochs`, then `(1 - t) ** power` decay to `end_learning_rate`
-(You et al., arXiv:1708.03888). Biases and batch-norm parameters are never
-decayed and, under LARS, not adapted (Jia et al., arXiv:1807.11205).
+The peak learning rate comes from one of these rules (`--lr_scaling`):
+
+- `mlperf` (the default for LARS and LARSMixed): MLPerf's reference LARS
+  table, a function of the global batch alone (`mlperf_lars_rate`: 10 below
+  16K, 25 below 32K, 31.2 above), with its warmup kept as the same fraction
+  of the run (5 of 42 ImageNet epochs below 32K, 25 of 90 above), so an
+  8-epoch run on a small data set warms up for 8 * 5 / 42 = 0.95 epochs.
+- `linear` (the default for SGD): Goyal et al. (arXiv:1706.02677), a base
+  rate tuned at `base_batch_size` (0.1 per 256 for SGD) times
+  `global_batch / base_batch_size`, with 5 of 90 epochs of warmup.
+- `sqrt` (Krizhevsky, arXiv:1404.5997) and `none` (the base rate is the
+  peak) for sweeps.
+
+Then `WarmupPolynomialDecay`: linear warmup, then `(1 - t) ** power` decay
+to `end_learning_rate` (You et al., arXiv:1708.03888). Biases and
+batch-norm parameters are never decayed and, under LARS, not adapted (Jia
+et al., arXiv:1807.11205).
 """
 
 import keras
@@ -13,13 +24,33 @@ import keras
 import keras_largebatch
 from keras_largebatch import applications
 
-DEFAULT_IMAGE_SIZE = {"alexnet_bn": 67, "resnet50": 32, "resnet50_v1_5": 32}
+DEFAULT_IMAGE_SIZE = {"alexnet_bn": 67, "resnet50": 32, "resnet50_v1_5": 32,
+                      "resnet_cifar": 32}
+# resnet_cifar defaults to a data set's own size (and keeps its channels).
+NATIVE_IMAGE_SIZE = {"digits": 8, "mnist": 28, "fashion_mnist": 28,
+                     "cifar10": 32, "cifar100": 32}
 MIN_IMAGE_SIZE = {
     "alexnet_bn": applications.alexnet_bn.MIN_SIZE,
     "resnet50": applications.resnet.MIN_SIZE,
     "resnet50_v1_5": applications.resnet.MIN_SIZE,
+    "resnet_cifar": applications.resnet_cifar.MIN_SIZE,
 }
 DEFAULT_BASE_LR = {"sgd": 0.1, "lars": 2.0, "lars_mixed": 2.0}
+SGD_WARMUP_FRACTION = 5 / 90  # Goyal et al.: 5 of 90 epochs.
+
+
+def image_size_for(model_name, dataset, image_size=0):
+    """`--image_size`, or the model's default (resnet_cifar: the data's)."""
+    if image_size:
+        return image_size
+    if model_name == "resnet_cifar":
+        return NATIVE_IMAGE_SIZE.get(dataset, DEFAULT_IMAGE_SIZE[model_name])
+    return DEFAULT_IMAGE_SIZE[model_name]
+
+
+def input_channels(model_name):
+    """3 for the ImageNet models; None (the data's own) for resnet_cifar."""
+    return None if model_name == "resnet_cifar" else 3
 
 
 def resolve_precision(precision):
@@ -44,10 +75,14 @@ def _has_gpu():
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def build_model(model_name, image_size, num_classes, bn_momentum=None):
+def build_model(model_name, image_size, num_classes, bn_momentum=None,
+                channels=3, depth=20, width=16):
     """Builds an untrained model under the current dtype policy."""
-    shape = (image_size, image_size, 3)
-    if model_name == "alexnet_bn":
+    shape = (image_size, image_size, channels)
+    if model_name == "resnet_cifar":
+        model = applications.ResNetCIFAR(
+            depth, width, input_shape=shape, classes=num_classes)
+    elif model_name == "alexnet_bn":
         model = applications.AlexNetBN(
             weights=None, input_shape=shape, classes=num_classes)
     elif model_name in ("resnet50", "resnet50_v1_5"):
@@ -57,7 +92,8 @@ def build_model(model_name, image_size, num_classes, bn_momentum=None):
             variant=variant)
     else:
         raise ValueError(
-            "`model` must be one of alexnet_bn, resnet50, resnet50_v1_5. "
+            "`model` must be one of alexnet_bn, resnet50, resnet50_v1_5, "
+            "resnet_cifar. "
             f"Received: model={model_name!r}"
         )
     if bn_momentum is not None:
@@ -81,13 +117,47 @@ def load_init_weights(model, path):
         applications.load_weights_except_classifier(model, path)
 
 
+def lr_rule(optimizer, scaling="auto"):
+    """`--lr_scaling` resolved: `auto` is mlperf for LARS, linear for SGD."""
+    if scaling != "auto":
+        return scaling
+    return "linear" if optimizer == "sgd" else "mlperf"
+
+
 def peak_learning_rate(optimizer, base_learning_rate, global_batch_size,
-                       base_batch_size=256, scaling="linear"):
+                       base_batch_size=256, scaling="auto"):
+    """The peak rate of the schedule under `lr_rule(optimizer, scaling)`."""
+    rule = lr_rule(optimizer, scaling)
+    if rule == "mlperf":
+        if optimizer == "sgd":
+            raise ValueError(
+                "`lr_scaling=mlperf` is MLPerf's LARS table; SGD uses linear "
+                "(Goyal et al.), sqrt or none. Received: lr_scaling=mlperf, "
+                "optimizer=sgd")
+        if base_learning_rate:
+            raise ValueError(
+                "`base_learning_rate` is not used by lr_scaling=mlperf (the "
+                "table gives the peak rate); to set the peak yourself use "
+                "--lr_scaling=none. Received: "
+                f"base_learning_rate={base_learning_rate}")
+        return keras_largebatch.mlperf_lars_rate(global_batch_size)[0]
     base = base_learning_rate or DEFAULT_BASE_LR[optimizer]
-    if scaling == "none":
+    if rule == "none":
         return base
     return keras_largebatch.scale_learning_rate(
-        base, global_batch_size, base_batch_size, rule=scaling)
+        base, global_batch_size, base_batch_size, rule=rule)
+
+
+def warmup_epochs_for(optimizer, scaling, global_batch_size, epochs,
+                      warmup_epochs=None):
+    """`--warmup_epochs`, or the rule's warmup as a fraction of `epochs`."""
+    if warmup_epochs is not None:
+        return warmup_epochs
+    if lr_rule(optimizer, scaling) == "mlperf":
+        fraction = keras_largebatch.mlperf_lars_rate(global_batch_size)[1]
+    else:
+        fraction = SGD_WARMUP_FRACTION
+    return epochs * fraction
 
 
 def schedule(peak, steps_per_epoch, epochs, warmup_epochs,
@@ -100,11 +170,19 @@ def schedule(peak, steps_per_epoch, epochs, warmup_epochs,
 
 
 def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
-                    weight_decay=0.0):
-    """SGD (decay filtered), LARS or LARSMixed; bias/BN never decayed."""
+                    weight_decay=0.0, gradient_accumulation_steps=1):
+    """SGD (decay filtered), LARS or LARSMixed; bias/BN never decayed.
+
+    With `gradient_accumulation_steps > 1` the optimizer averages that many
+    batches' gradients before each update, as Keras' optimizers do.
+    """
+    kwargs = {}
+    if gradient_accumulation_steps > 1:
+        kwargs["gradient_accumulation_steps"] = gradient_accumulation_steps
     if name == "sgd":
         opt = keras.optimizers.SGD(
-            learning_rate, momentum=momentum, weight_decay=weight_decay or None)
+            learning_rate, momentum=momentum,
+            weight_decay=weight_decay or None, **kwargs)
         if weight_decay:
             keras_largebatch.exclude_bias_and_norm(opt, model)
         return opt
@@ -116,7 +194,7 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
             f"Received: optimizer={name!r}"
         )
     return cls(learning_rate, momentum=momentum, eta=eta,
-               weight_decay=weight_decay)
+               weight_decay=weight_decay, **kwargs)
 
 
 def compile_model(model, optimizer, label_smoothing=0.0):
