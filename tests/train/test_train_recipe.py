@@ -101,3 +101,66 @@ def test_init_weights_with_other_classes_loads_all_but_the_classifier(
                                   source.get_layer("fc7").get_weights()[0])
     np.testing.assert_array_equal(
         model.get_layer("predictions").get_weights()[0], head)
+
+
+@pytest.mark.parametrize(
+    "batch,peak,warmup_fraction",
+    [(128, 10.0, 5 / 42), (4096, 10.0, 5 / 42), (16_383, 10.0, 5 / 42),
+     (16_384, 25.0, 5 / 42), (32_767, 25.0, 5 / 42),
+     (32_768, 31.2, 25 / 90), (65_536, 31.2, 25 / 90)],
+)
+def test_mlperf_table_gives_peak_and_warmup_by_global_batch(
+        batch, peak, warmup_fraction):
+    assert keras_largebatch.mlperf_lars_rate(batch) == pytest.approx(
+        (peak, warmup_fraction))
+
+
+@pytest.mark.parametrize("optimizer", ["lars", "lars_mixed"])
+def test_lars_defaults_follow_the_table_not_linear_scaling(optimizer):
+    # Linear scaling from 2.0 per 256 would give 256 at 32K.
+    assert recipe.peak_learning_rate(optimizer, 0.0, 32_768) == 31.2
+    assert recipe.peak_learning_rate(optimizer, 0.0, 4096) == 10.0
+    assert recipe.warmup_epochs_for(optimizer, "auto", 65_536, 90) == (
+        pytest.approx(25.0))
+    assert recipe.warmup_epochs_for(optimizer, "auto", 4096, 8) == (
+        pytest.approx(8 * 5 / 42))
+
+
+def test_sgd_default_is_goyals_linear_rule_and_warmup():
+    assert recipe.lr_rule("sgd") == "linear"
+    assert recipe.peak_learning_rate("sgd", 0.0, 4096) == pytest.approx(1.6)
+    assert recipe.warmup_epochs_for("sgd", "auto", 4096, 90) == (
+        pytest.approx(5.0))
+    assert recipe.warmup_epochs_for("sgd", "auto", 4096, 8, 2.0) == 2.0
+
+
+def test_mlperf_rule_refuses_sgd_and_an_unused_base_rate():
+    with pytest.raises(ValueError, match="optimizer=sgd"):
+        recipe.peak_learning_rate("sgd", 0.0, 4096, scaling="mlperf")
+    with pytest.raises(ValueError, match="Received: base_learning_rate=3.0"):
+        recipe.peak_learning_rate("lars", 3.0, 4096, scaling="mlperf")
+
+
+@pytest.mark.parametrize("batch", [0, -4, 1.5, "4096"])
+def test_mlperf_rate_rejects_a_bad_batch(batch):
+    with pytest.raises(ValueError, match="`global_batch_size`.*Received"):
+        keras_largebatch.mlperf_lars_rate(batch)
+
+
+@pytest.mark.parametrize("name", ["sgd", "lars", "lars_mixed"])
+def test_gradient_accumulation_reaches_the_optimizer(name):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    opt = recipe.build_optimizer(name, 0.1, model,
+                                 gradient_accumulation_steps=4)
+    inner = getattr(opt, "inner_optimizer", opt)
+    assert inner.gradient_accumulation_steps == 4
+
+
+def test_resnet_cifar_keeps_the_data_size_and_channels():
+    assert recipe.image_size_for("resnet_cifar", "fashion_mnist") == 28
+    assert recipe.image_size_for("resnet_cifar", "synthetic") == 32
+    assert recipe.image_size_for("resnet50", "fashion_mnist") == 32
+    assert recipe.input_channels("resnet_cifar") is None
+    model = recipe.build_model("resnet_cifar", 28, 10, 0.9, channels=1,
+                               depth=8, width=4)
+    assert model.input_shape == (None, 28, 28, 1)
