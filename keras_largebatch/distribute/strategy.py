@@ -7,8 +7,7 @@ from tensorflow.python.util import nest
 
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.distribute import all_reduce
-
-_COMPRESSIONS = (None, "none", "fp16")
+from keras_largebatch.distribute import compression as compression_lib
 
 
 @keras_largebatch_export("keras_largebatch.distribute.MultiWorkerMirroredStrategy")
@@ -24,13 +23,17 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     ```python
     for bucket in buckets(reversed(grads), fusion_threshold_bytes):
-        x = pack(bucket, float16 if compression == "fp16" else dtype, 1 / n)
+        x = pack(bucket, float16 if compression == "fp16" else dtype)
         if num_nodes > 1 and bytes(x) < hierarchical_threshold_bytes:
             x = node_all_reduce(x); x = leaders_all_reduce(x); x = node_bcast(x)
         else:
             x = all_reduce(x)
-        bucket = unpack(x) * n                # sum; divided by n for a mean
+        bucket = unpack(x)                    # the sum, in the bucket's dtype
     ```
+
+    Under `keras_largebatch.LARSMixed` the gradients are summed while
+    still multiplied by the loss scale; every replica then unscales and
+    checks the same sum (see `LARSMixed.all_reduce_scaled_gradients`).
 
     Use it like TensorFlow's: create it first thing in the program (before
     any other TensorFlow op), then build and compile the model in its
@@ -61,8 +64,10 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         hierarchical_threshold_bytes: Int >= 0; buckets smaller than this
             (in bytes on the wire) go hierarchical on multi-node jobs. `0`
             means never. Defaults to 4 MiB.
-        compression: `None` or `"fp16"`: float32 buckets travel as float16,
-            pre-scaled by `1 / num_replicas` so the sum cannot overflow.
+        compression: `None`, `"fp16"` or a class of
+            `keras_largebatch.distribute.Compression`: float32 gradients
+            travel as float16, cast as they are (see `compression`).
+            Metrics, `strategy.reduce` and scalars travel in full precision.
         workers_per_node: Int >= 1 or `None`. Nodes are runs of this many
             consecutive tasks (chief first); `None` groups the tasks whose
             addresses share a host.
@@ -90,17 +95,11 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         )
         if workers_per_node is not None:
             _check_int("workers_per_node", workers_per_node, 1)
-        if not (isinstance(compression, str) or compression is None) or (
-            compression not in _COMPRESSIONS
-        ):
-            raise ValueError(
-                "`compression` must be None or 'fp16'. "
-                f"Received: compression={compression!r}"
-            )
+        compressor = compression_lib.get(compression)
         super().__init__(cluster_resolver, communication_options)
         self._fusion_threshold_bytes = fusion_threshold_bytes
         self._hierarchical_threshold_bytes = hierarchical_threshold_bytes
-        self._compression = None if compression == "none" else compression
+        self._compression = compression_lib.serialize(compressor)
         self._workers_per_node = workers_per_node
         ext = self.extended
         old = ext._cross_device_ops
@@ -114,7 +113,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             node_of_task=nodes,
             fusion_threshold_bytes=fusion_threshold_bytes,
             hierarchical_threshold_bytes=hierarchical_threshold_bytes,
-            compression=self._compression,
+            compression=compressor,
             key_base=self._collective_key_base,
         )
         if getattr(ext, "_inferred_cross_device_ops", None) is old:

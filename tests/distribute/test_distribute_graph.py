@@ -47,3 +47,19 @@ def test_first_bucket_all_reduce_waits_only_for_its_own_gradients(traced):
         later = {i for b in buckets[k + 1:] for i in b}
         assert set(bucket) <= set(depends[k])
         assert not later & set(depends[k]), (k, depends[k])
+
+
+def test_hierarchical_collectives_form_one_chain_per_device(traced):
+    leader, member = traced["chains"]
+    # Three buckets: intra-node all-reduce, leaders' all-reduce, broadcast
+    # from the leader's first device; the other device receives.
+    assert [op for op, _ in leader] == [
+        "CollectiveReduceV2", "CollectiveReduceV2", "CollectiveBcastSendV2"
+    ] * 3
+    assert [op for op, _ in member] == [
+        "CollectiveReduceV2", "CollectiveBcastRecvV2"
+    ] * 3
+    # Each waits for the one before it: bucket k+1's intra-node all-reduce
+    # cannot be issued before bucket k's broadcast on any rank.
+    for chain in (leader, member):
+        assert [after for _, after in chain[1:]] == [True] * (len(chain) - 1)

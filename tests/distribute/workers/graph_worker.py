@@ -8,9 +8,11 @@ Prints one line `RESULT<json>`:
   `FusedCollectiveAllReduce` (256-byte buckets);
 - `depends`: for each all-reduce issued on device 0, in program order, the
   indices of the variables whose device-0 gradient it depends on;
-- `chains`: for a hierarchical all-reduce (group of 4 in 2 nodes, this task
-  the leader of node 0, three buckets), one list per sub-group of
-  `[op type, depends on the previous op of the group]`, in program order.
+- `chains`: for a hierarchical all-reduce (group of 4 in 2 nodes of two
+  devices, this task the leader of node 0, three buckets), one list per
+  device of `[op type, depends on the device's previous collective]` for
+  every collective on it (intra-node, leaders', broadcast), in program
+  order.
 
 Run in its own process: it splits the CPU in two logical devices.
 """
@@ -109,24 +111,23 @@ def hierarchy_chains():
 
     @tf.function
     def reduce(a, b, c):
-        return cross_device_ops._all_reduce(
-            tf.distribute.ReduceOp.SUM, [a, b, c], 0, options
-        )
+        return [
+            cross_device_ops._all_reduce(
+                tf.distribute.ReduceOp.SUM, [a * (d + 1), b, c], d, options
+            )
+            for d in range(len(DEVICES))
+        ]
 
     spec = tf.TensorSpec([16], tf.float32)
     graph = reduce.get_concrete_function(spec, spec, spec).graph
-    chains = {}
-    for op in collectives(graph, "CPU:0"):
-        key = tf.get_static_value(op.inputs[1 if "Recv" in op.type else 2])
-        chains.setdefault(int(key), []).append(op)
-    result = []
-    for key in sorted(chains):
-        ops = chains[key]
-        result.append([
-            [op.type, i == 0 or ops[i - 1].name in ancestors(op)]
+    chains = []
+    for device in ("CPU:0", "CPU:1"):
+        ops = collectives(graph, device)
+        chains.append([
+            [op.type, i > 0 and ops[i - 1].name in ancestors(op)]
             for i, op in enumerate(ops)
         ])
-    return result
+    return chains
 
 
 def main():
