@@ -6,6 +6,8 @@ from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.util import nest
 
 from keras_largebatch.api_export import keras_largebatch_export
+from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
+from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
 from keras_largebatch.distribute import all_reduce
 from keras_largebatch.distribute import compression as compression_lib
 
@@ -84,8 +86,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         cluster_resolver=None,
         communication_options=None,
         *,
-        fusion_threshold_bytes=64 * 2**20,
-        hierarchical_threshold_bytes=4 * 2**20,
+        fusion_threshold_bytes=FUSION_THRESHOLD_BYTES,
+        hierarchical_threshold_bytes=HIERARCHICAL_THRESHOLD_BYTES,
         compression=None,
         workers_per_node=None,
     ):

@@ -7,6 +7,8 @@ polynomial decay, 6 epochs, a few minutes on a 2-core CPU.
 
 from absl import flags
 
+from keras_largebatch import distribute
+
 MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5")
 DATASETS = (
     "digits",
@@ -97,6 +99,30 @@ def define_flags():
         "multi_worker: keras_largebatch.distribute with TF_CONFIG "
         "(TensorFlow); data_parallel: keras.distribution over local devices "
         "(JAX).",
+    )
+    flags.DEFINE_integer(
+        "fusion_threshold_bytes", distribute.FUSION_THRESHOLD_BYTES,
+        "multi_worker: capacity of a gradient fusion bucket (0: one "
+        "all-reduce per tensor).",
+    )
+    flags.DEFINE_integer(
+        "hierarchical_threshold_bytes", distribute.HIERARCHICAL_THRESHOLD_BYTES,
+        "multi_worker: buckets smaller than this go hierarchical when the "
+        "job spans several nodes (0: never).",
+    )
+    flags.DEFINE_enum(
+        "compression", "none", ("none", "fp16"),
+        "multi_worker: fp16 sends float32 gradients as float16 (best with "
+        "lars_mixed, whose gradients travel loss-scaled).",
+    )
+    flags.DEFINE_integer(
+        "workers_per_node", 0,
+        "multi_worker: consecutive tasks per node (0: tasks sharing a host).",
+    )
+    flags.DEFINE_float(
+        "collective_timeout_seconds", 0.0,
+        "multi_worker: a collective waiting longer fails the job (0: no "
+        "limit).",
     )
     flags.DEFINE_integer("seed", 0, "Seed for splits, shuffling and init.")
     flags.DEFINE_integer(

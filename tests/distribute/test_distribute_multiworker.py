@@ -232,5 +232,10 @@ def test_eight_workers_fp16_update_within_0_15_percent_of_float32(tmp_path):
     difference = np.linalg.norm(u16 - u32) / np.linalg.norm(u32)
     print(f"8 workers: fp16 vs float32 update differ by {difference:.4%}")
     assert difference <= 0.0015, difference
-    # The gradients did travel in float16: half the bytes.
-    assert r["buckets_fp16"][:, 1].sum() * 2 == r["buckets_f32"][:, 1].sum()
+    # The 676 gradient elements travelled in one bucket, in float16 the
+    # second time; the other reductions (scalars, Keras' first batch) in
+    # float32 both times.
+    assert [4, 2704] in r["buckets_f32"].tolist()
+    assert [4, 1352] in r["buckets_fp16"].tolist()
+    others = [b for b in r["buckets_f32"].tolist() if b != [4, 2704]]
+    assert [b for b in r["buckets_fp16"].tolist() if b != [4, 1352]] == others
