@@ -11,7 +11,7 @@ import importlib
 
 # The strategy's defaults, importable without TensorFlow (the training
 # command's flags use them). See `MultiWorkerMirroredStrategy`.
-FUSION_THRESHOLD_BYTES = 64 * 2**20
+FUSION_THRESHOLD_BYTES = 8 * 2**20
 HIERARCHICAL_THRESHOLD_BYTES = 4 * 2**20
 
 # Imported on first use, so that TensorFlow-free parts (`cost_model`,

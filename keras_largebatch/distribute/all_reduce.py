@@ -220,7 +220,7 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         *,
         task_id=0,
         node_of_task=(0,),
-        fusion_threshold_bytes=64 * 2**20,
+        fusion_threshold_bytes=8 * 2**20,
         hierarchical_threshold_bytes=0,
         compression=None,
         key_base=0,
