@@ -7,8 +7,6 @@ polynomial decay, 6 epochs, a few minutes on a 2-core CPU.
 
 from absl import flags
 
-from keras_largebatch import distribute
-
 MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5")
 DATASETS = (
     "digits",
@@ -100,6 +98,8 @@ def define_flags():
         "(TensorFlow); data_parallel: keras.distribution over local devices "
         "(JAX).",
     )
+    from keras_largebatch import distribute
+
     flags.DEFINE_integer(
         "fusion_threshold_bytes", distribute.FUSION_THRESHOLD_BYTES,
         "multi_worker: capacity of a gradient fusion bucket (0: one "
