@@ -92,12 +92,6 @@ def define_flags():
         "A .weights.h5 of the same architecture; the classifier is skipped "
         "when the number of classes differs (fine-tuning).",
     )
-    flags.DEFINE_enum(
-        "distribution", "none", DISTRIBUTIONS,
-        "multi_worker: keras_largebatch.distribute with TF_CONFIG "
-        "(TensorFlow); data_parallel: keras.distribution over local devices "
-        "(JAX).",
-    )
     from keras_largebatch import distribute
 
     flags.DEFINE_integer(
@@ -123,6 +117,12 @@ def define_flags():
         "collective_timeout_seconds", 0.0,
         "multi_worker: a collective waiting longer fails the job (0: no "
         "limit).",
+    )
+    flags.DEFINE_enum(
+        "distribution", "none", DISTRIBUTIONS,
+        "multi_worker: keras_largebatch.distribute with TF_CONFIG "
+        "(TensorFlow); data_parallel: keras.distribution over local devices "
+        "(JAX).",
     )
     flags.DEFINE_integer("seed", 0, "Seed for splits, shuffling and init.")
     flags.DEFINE_integer(
