@@ -12,20 +12,23 @@ For 2 and 4 workers (subprocesses on 127.0.0.1), the 214 gradients of
 - `per tensor`: TensorFlow, one all-reduce per tensor (`bytes_per_pack=1`);
 - `TF default`: TensorFlow's `CollectiveAllReduce`, one pack;
 - `TF 25 MB`: same with `bytes_per_pack=25 MB`;
-- `ours f32` / `ours fp16`: `FusedCollectiveAllReduce`, fusion buckets of
-  `--fusion-mb` (default 8 MiB; float32, then float16 transport);
-- `ours f32 64 MiB`: the same at the strategy's default threshold;
+- `ours f32` / `ours fp16`: `FusedCollectiveAllReduce` at the strategy's
+  default settings (fusion threshold `FUSION_THRESHOLD_BYTES`; float32,
+  then float16 transport);
+- `ours f32 <k> MiB`: the same with buckets of `k` MiB (a sweep, e.g.
+  `--methods "ours f32 4 MiB" "ours f32 16 MiB"`);
 - `flat buffer`: one all-reduce of one ready-made 97.6 MiB buffer (no
   packing: the floor for a single collective).
 
 Each is timed `--runs` times after a warm-up, behind a barrier; the table
-shows the median over runs of the slowest worker. Then a 2-worker training
+shows the median over runs of the slowest worker. TensorFlow's methods run
+on TensorFlow's own `CollectiveAllReduce` (its launchers, its ordering). Then a 2-worker training
 step (ResNet-50 at 32x32, per-worker batch 8, SGD, custom loop with
 `strategy.run`) is timed under this package's strategy and stock
 `tf.distribute.MultiWorkerMirroredStrategy` (whose Keras `fit` fails).
 
 Usage: `python bench/allreduce.py [--runs 5] [--workers 2 4]`.
-Writes `bench/results/allreduce.json`.
+Writes `bench/results/allreduce.json` (or `--out`).
 """
 
 import argparse
@@ -40,8 +43,8 @@ import time
 from keras_largebatch.distribute.localhost import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32 64 MiB",
-           "ours f32", "ours fp16", "flat buffer"]
+METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
+           "flat buffer"]
 
 
 def _launch(n, mode, args, timeout=900):
@@ -86,12 +89,16 @@ def worker_allreduce(args):
     from keras_largebatch.distribute import MultiWorkerMirroredStrategy
     from keras_largebatch.distribute import compression
 
-    strategy = MultiWorkerMirroredStrategy(
-        fusion_threshold_bytes=int(args["fusion_mb"] * 2**20)
-    )
+    strategy = MultiWorkerMirroredStrategy()
     from tensorflow.python.distribute import cross_device_ops as cdo
 
     ops = strategy.cross_device_ops
+    default = ops._fusion_threshold_bytes
+    tf_ops = cdo.CollectiveAllReduce(
+        strategy.extended.worker_devices, ops._group_size,
+        strategy.extended._communication_options,
+        strategy.extended._collective_keys,
+    )
     device = strategy.extended.worker_devices[0]
     sum_ = tf.distribute.ReduceOp.SUM
     Options = tf.distribute.experimental.CommunicationOptions
@@ -107,11 +114,9 @@ def worker_allreduce(args):
 
     def tf_pack(bytes_per_pack):
         options = Options(bytes_per_pack=bytes_per_pack)
-        return lambda: cdo.CollectiveAllReduce._all_reduce(
-            ops, sum_, grads, 0, options
-        )
+        return lambda: tf_ops._all_reduce(sum_, grads, 0, options)
 
-    def ours(compressor, threshold=int(args["fusion_mb"] * 2**20)):
+    def ours(compressor, threshold=default):
         def run():
             # Read at trace time: set before each function is traced.
             ops._compressor = compressor
@@ -124,12 +129,17 @@ def worker_allreduce(args):
         "per tensor": tf_pack(1),
         "TF default": tf_pack(0),
         "TF 25 MB": tf_pack(25 * 10**6),
-        "ours f32 64 MiB": ours(compression.NoneCompressor, 64 * 2**20),
         "ours f32": ours(compression.NoneCompressor),
         "ours fp16": ours(compression.FP16Compressor),
-        "flat buffer": lambda: ops._launchers[0].all_reduce(flat),
+        "flat buffer": lambda: tf_ops._launchers[0].all_reduce(flat),
     }
-    barrier = tf.function(lambda: ops._launchers[0].all_reduce(one))
+    for name in args["methods"]:
+        words = name.split()
+        if name not in fns and words[-1] == "MiB":
+            compressor = {"f32": compression.NoneCompressor,
+                          "fp16": compression.FP16Compressor}[words[1]]
+            fns[name] = ours(compressor, int(float(words[2]) * 2**20))
+    barrier = tf.function(lambda: tf_ops._launchers[0].all_reduce(one))
     times = {}
     for name in args["methods"]:
         with tf.device(device):
@@ -152,9 +162,10 @@ def worker_step(args):
     from keras_largebatch.distribute import MultiWorkerMirroredStrategy
 
     if args["strategy"] == "ours":
-        strategy = MultiWorkerMirroredStrategy(
-            fusion_threshold_bytes=int(args["fusion_mb"] * 2**20)
-        )
+        kwargs = {}
+        if args["fusion_mb"]:
+            kwargs["fusion_threshold_bytes"] = int(args["fusion_mb"] * 2**20)
+        strategy = MultiWorkerMirroredStrategy(**kwargs)
     else:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     import keras
@@ -213,11 +224,15 @@ def main():
     parser.add_argument("--args", default="{}")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--fusion-mb", type=float, default=8.0)
+    parser.add_argument(
+        "--fusion-mb", type=float, default=None,
+        help="bucket size of the training step (default: the strategy's)")
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--skip-step", action="store_true")
     parser.add_argument("--skip-allreduce", action="store_true")
+    parser.add_argument("--out", default="allreduce.json",
+                        help="file name under bench/results/")
     flags = parser.parse_args()
     if flags.mode == "allreduce":
         return worker_allreduce(json.loads(flags.args))
@@ -226,13 +241,20 @@ def main():
 
     shapes = _resnet50_shapes()
     mb = sum(int(__import__("numpy").prod(s)) for s in shapes) * 4 / 2**20
+    from keras_largebatch import distribute
+
     result = {
         "machine": f"{platform.processor() or platform.machine()}, "
                    f"{os.cpu_count()} CPU cores, no GPU, loopback gRPC",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "load_average": os.getloadavg(),
         "tensors": len(shapes), "mebibytes": round(mb, 1),
-        "runs": flags.runs, "fusion_threshold_mib": flags.fusion_mb,
+        "runs": flags.runs,
+        "default_fusion_threshold_mib": distribute.FUSION_THRESHOLD_BYTES
+        / 2**20,
         "native_ops": _native_available(),
-        "allreduce_ms": {}, "step_ms": {},
+        "allreduce_ms": {}, "ratio_to_tf_best": {}, "step_ms": {},
     }
     for n in [] if flags.skip_allreduce else flags.workers:
         outs = _launch(n, "allreduce", {
@@ -264,9 +286,13 @@ def main():
                                        flags.methods) + " |")
     for n, row in result["allreduce_ms"].items():
         best = min(row.get("TF default", 1e9), row.get("TF 25 MB", 1e9))
-        for m in ("ours f32", "ours fp16"):
-            if m in row:
-                print(f"{n} workers: {m} / TF's best = {row[m] / best:.2f}")
+        result["ratio_to_tf_best"][n] = {}
+        for m in row:
+            if m.startswith("ours") and best < 1e9:
+                ratio = round(row[m] / best, 3)
+                result["ratio_to_tf_best"][n][m] = ratio
+                print(f"{n} workers: {m} / TF's best = {ratio:.2f}")
+    result["load_average_after"] = os.getloadavg()
     if result["step_ms"]:
         print("\n| 2-worker train step (ResNet-50 32x32, batch 8/worker) "
               "| ms |\n|---|---|")
@@ -275,7 +301,7 @@ def main():
                      if name == "stock" else "keras_largebatch strategy")
             print(f"| {label} | {ms:,.0f} |")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "allreduce.json"), "w") as f:
+    with open(os.path.join(HERE, "results", flags.out), "w") as f:
         json.dump(result, f, indent=2)
 
 

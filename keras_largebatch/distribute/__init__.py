@@ -9,6 +9,11 @@ The alpha-beta cost model is `keras_largebatch.distribute.cost_model`.
 
 import importlib
 
+# The strategy's defaults, importable without TensorFlow (the training
+# command's flags use them). See `MultiWorkerMirroredStrategy`.
+FUSION_THRESHOLD_BYTES = 8 * 2**20
+HIERARCHICAL_THRESHOLD_BYTES = 4 * 2**20
+
 # Imported on first use, so that TensorFlow-free parts (`cost_model`,
 # `localhost`) work without TensorFlow installed.
 _PUBLIC = {

@@ -21,6 +21,15 @@ Small buckets are latency-bound: a flat ring over `p` devices takes
 devices per node. Large buckets are bandwidth-bound and the ring is
 optimal. Every sub-group has its own collective group key, the same on all
 workers; instance keys come from TensorFlow's `CollectiveReplicaLauncher`.
+Every collective issued on a device (flat, intra-node, leaders', broadcast)
+has a control dependency on the one issued before it, so all ranks launch
+them in one order, as NCCL requires.
+
+Compression (`compression="fp16"`) applies to what replicas all-reduce
+with `ReplicaContext.all_reduce` (the gradients of Keras' optimizers and
+of `LARSMixed`), and only to tensors of rank >= 1. `strategy.reduce`,
+metrics, variable aggregation (all through `reduce_to`) and scalars travel
+in full precision. See `wire_format` for the arithmetic.
 
 References:
     - Jia et al., 2018, arXiv:1807.11205 (tensor fusion, hierarchical and
@@ -30,13 +39,19 @@ References:
 
 import collections
 import copy
+import multiprocessing.pool
+import weakref
 
 from tensorflow.python.distribute import cross_device_ops
 from tensorflow.python.distribute import cross_device_utils
+from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import reduce_util
+from tensorflow.python.distribute import values as value_lib
+from tensorflow.python.eager import context
 from tensorflow.python.framework import dtypes
 from tensorflow.python.framework import ops
 from tensorflow.python.framework import tensor as tensor_lib
+from tensorflow.python.ops import array_ops
 from tensorflow.python.ops import collective_ops
 from tensorflow.python.util import nest
 
@@ -103,31 +118,79 @@ def node_of_tasks(cluster_spec, workers_per_node=None):
     ]
 
 
+class _Chain:
+    """The last collective issued on one device, per graph being built.
+
+    NCCL needs every rank to launch the collectives of a group in one
+    order. TensorFlow's launcher orders its all-reduces with an ordering
+    token (automatic control dependencies chain the ops that use it);
+    broadcasts take no token, and the hierarchy uses three groups. So every
+    collective this module issues on a device gets a control dependency on
+    the previous one: one program order, the same on every rank.
+    """
+
+    def __init__(self):
+        self._last = weakref.WeakKeyDictionary()
+
+    def issue(self, launch):
+        if context.executing_eagerly():
+            return launch()
+        graph = ops.get_default_graph()
+        previous = self._last.get(graph)
+        with ops.control_dependencies([] if previous is None else [previous]):
+            result = launch()
+        self._last[graph] = result.op
+        return result
+
+
 class _Launcher(cross_device_utils.CollectiveReplicaLauncher):
-    """TensorFlow's launcher plus a broadcast within its group."""
+    """TensorFlow's launcher plus a broadcast, chained on its device."""
+
+    def __init__(self, group_key, group_size, keys, device, options, chain):
+        super().__init__(group_key, group_size, keys, device, options)
+        self._chain = chain
+
+    def all_reduce(self, input_tensor, control_input=None, options=None):
+        parent = super().all_reduce
+        return self._chain.issue(
+            lambda: parent(input_tensor, control_input, options)
+        )
 
     def broadcast(self, tensor, is_source, options=None):
+        return self._chain.issue(
+            lambda: self._broadcast(tensor, is_source, options)
+        )
+
+    def _broadcast(self, tensor, is_source, options):
         instance_key = self._next_instance_key()
         options = self._options.merge(options)
+        dtype = tensor.dtype
+        if dtype == dtypes.bfloat16:
+            # Broadcast kernels have no bfloat16: move the same 16 bits.
+            tensor = array_ops.bitcast(tensor, dtypes.float16)
         with ops.device(self._device):
             if is_source:
-                return collective_ops.broadcast_send_v2(
+                result = collective_ops.broadcast_send_v2(
                     tensor, self._group_size, self._group_key, instance_key,
                     communication_hint=options.implementation.value,
                     timeout=options.timeout_seconds,
                 )
-            return collective_ops.broadcast_recv_v2(
-                tensor.shape, tensor.dtype, self._group_size,
-                self._group_key, instance_key,
-                communication_hint=options.implementation.value,
-                timeout=options.timeout_seconds,
-            )
+            else:
+                result = collective_ops.broadcast_recv_v2(
+                    tensor.shape, tensor.dtype, self._group_size,
+                    self._group_key, instance_key,
+                    communication_hint=options.implementation.value,
+                    timeout=options.timeout_seconds,
+                )
+        if dtype == dtypes.bfloat16:
+            result = array_ops.bitcast(result, dtypes.bfloat16)
+        return result
 
 
-def _launcher(group_key, group_size, device, devices, options):
+def _launcher(group_key, group_size, device, devices, options, chain):
     keys = cross_device_utils.CollectiveKeys(group_key_start=group_key)
     keys.get_group_key(devices)
-    return _Launcher(group_key, group_size, keys, device, options)
+    return _Launcher(group_key, group_size, keys, device, options, chain)
 
 
 class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
@@ -157,7 +220,7 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         *,
         task_id=0,
         node_of_task=(0,),
-        fusion_threshold_bytes=64 * 2**20,
+        fusion_threshold_bytes=8 * 2**20,
         hierarchical_threshold_bytes=0,
         compression=None,
         key_base=0,
@@ -176,6 +239,13 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         # (tensors, wire bytes, "hierarchical" | "flat") per bucket built:
         # once per trace in a tf.function, every call when eager.
         self.bucket_log = collections.deque(maxlen=1024)
+        chains = [_Chain() for _ in self._devices]
+        group_key = self._collective_keys.get_group_key(self._devices)
+        self._launchers = [
+            _Launcher(group_key, group_size, self._collective_keys, d,
+                      options, chain)
+            for d, chain in zip(self._devices, chains)
+        ]
         node = self._node_of_task[task_id]
         tasks_in_node = [
             t for t, n in enumerate(self._node_of_task) if n == node
@@ -185,14 +255,14 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         start = SUBGROUP_KEY_START + key_base
         self._intra_launchers = [
             _launcher(start + 1 + node, self._node_group_size, d,
-                      self._devices, options)
-            for d in self._devices
+                      self._devices, options, chain)
+            for d, chain in zip(self._devices, chains)
         ]
         self._leader_launcher = None
         if self._is_node_leader and self._num_nodes > 1:
             self._leader_launcher = _launcher(
                 start, self._num_nodes, self._devices[0], self._devices[:1],
-                options,
+                options, chains[0],
             )
 
     @property
@@ -206,6 +276,55 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         )
 
     def _all_reduce(self, reduce_op, value, replica_id, options):
+        # `ReplicaContext.all_reduce` without `merge_call`: gradients.
+        return self._reduce(reduce_op, value, replica_id, options, True)
+
+    def batch_reduce_implementation(
+        self, reduce_op, value_destination_pairs, options
+    ):
+        # `ReplicaContext.all_reduce` with `merge_call` (the values are
+        # their own destinations): gradients.
+        if not cross_device_ops._all_devices_match(
+            value_destination_pairs, self._canonicalize_devices
+        ):
+            return super().batch_reduce_implementation(
+                reduce_op, value_destination_pairs, options
+            )
+        return self._all_reduce_per_replica_values(
+            reduce_op, [v for v, _ in value_destination_pairs], options,
+            compress=True,
+        )
+
+    def _all_reduce_per_replica_values(
+        self, reduce_op, per_replica_values, options, compress=False
+    ):
+        # TensorFlow's implementation; `reduce_implementation`
+        # (`strategy.reduce`, metrics, variable updates) calls it without
+        # `compress`: full precision.
+        values_by_device = [
+            [v.values[i] for v in per_replica_values]
+            for i in range(len(self._devices))
+        ]
+
+        def reduce(i):
+            return self._reduce(
+                reduce_op, values_by_device[i], i, options, compress
+            )
+
+        with self._lock:
+            if context.executing_eagerly():
+                with multiprocessing.pool.ThreadPool(len(self._devices)) as p:
+                    outputs = p.map(
+                        lambda i: _eager(reduce, i), range(len(self._devices))
+                    )
+            else:
+                outputs = [reduce(i) for i in range(len(self._devices))]
+        return [
+            distribute_utils.regroup(values, wrap_class=value_lib.Mirrored)
+            for values in zip(*outputs)
+        ]
+
+    def _reduce(self, reduce_op, value, replica_id, options, compress):
         flat = nest.flatten(value)
         fused = [i for i, v in enumerate(flat) if _is_fusable(v)]
         other = [i for i, v in enumerate(flat) if not _is_fusable(v)]
@@ -218,18 +337,25 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
                 results[i] = r
         if fused:
             reduced = self._fused_all_reduce(
-                reduce_op, [flat[i] for i in fused], replica_id, options
+                reduce_op, [flat[i] for i in fused], replica_id, options,
+                compress,
             )
             for i, r in zip(fused, reduced):
                 results[i] = r
         return nest.pack_sequence_as(value, results)
 
-    def _fused_all_reduce(self, reduce_op, values, replica_id, options):
-        n = self._group_size
-        mean = reduce_op == reduce_util.ReduceOp.MEAN
+    def _fused_all_reduce(
+        self, reduce_op, values, replica_id, options, compress
+    ):
+        compressor = self._compressor if compress else None
+        formats = [
+            wire_format(v.dtype, v.shape.rank, reduce_op, self._group_size,
+                        compressor)
+            for v in values
+        ]
         buckets = assign_buckets(
             [v.shape.num_elements() * v.dtype.size for v in values],
-            [v.dtype for v in values],
+            [(v.dtype,) + f for v, f in zip(values, formats)],
             self._fusion_threshold_bytes,
         )
         results = [None] * len(values)
@@ -237,9 +363,7 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         for bucket in buckets:
             tensors = [values[i] for i in bucket]
             dtype = tensors[0].dtype
-            wire = self._compressor.wire_dtype(dtype)
-            prescale = self._compressor.prescale(dtype, n)
-            postscale = (1.0 / prescale) * (1.0 / n if mean else 1.0)
+            wire, prescale, postscale = formats[bucket[0]]
             with ops.device(device):
                 buffer = native.pack(tensors, dtype=wire, scale=prescale)
                 wire_bytes = buffer.shape.num_elements() * wire.size
@@ -295,3 +419,39 @@ def _is_fusable(value):
         and value.dtype in _FUSABLE
         and value.shape.is_fully_defined()
     )
+
+
+def wire_format(dtype, rank, reduce_op, group_size, compressor=None):
+    """How a tensor travels: `(wire dtype, pre-scale, post-scale)`.
+
+    Only tensors of rank >= 1 are compressed (scalars are flags, counts and
+    losses). A sum is cast as it is: optimizers sum gradients that Keras
+    has already divided by the number of replicas `n`, so the sum is no
+    larger than the largest replica's undivided gradient, and under
+    `LARSMixed` the values still carry the loss scale that keeps them in
+    float16's normal range. A mean divides by `n` before a narrowing cast
+    (it needs that division anyway; the sum of `n` values below float16's
+    maximum then stays below it) and after a sum otherwise:
+
+    ```python
+    wire = compressor.wire_dtype(dtype) if compressed else dtype
+    if mean and wire is narrower:  x = cast(wire, x / n); y = sum(x)
+    elif mean:                     x = cast(wire, x);     y = sum(x) / n
+    else:                          x = cast(wire, x);     y = sum(x)
+    ```
+    """
+    dtype = dtypes.as_dtype(dtype)
+    wire = dtype
+    if compressor is not None and rank:
+        wire = dtypes.as_dtype(compressor.wire_dtype(dtype))
+    mean = reduce_op == reduce_util.ReduceOp.MEAN
+    if not mean:
+        return wire, 1.0, 1.0
+    if wire.size < dtype.size:
+        return wire, 1.0 / group_size, 1.0
+    return wire, 1.0, 1.0 / group_size
+
+
+def _eager(fn, i):
+    with context.eager_mode():
+        return fn(i)

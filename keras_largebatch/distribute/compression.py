@@ -1,19 +1,27 @@
 """Gradient compression for the all-reduce, after Horovod's `compression.py`.
 
-A compressor says how a buffer travels. `FP16Compressor` sends float32 as
-float16, pre-scaled by `1 / group_size` so that the sum of `group_size`
-contributions cannot overflow where each contribution alone would not:
+A compressor says which dtype a buffer travels in. `FP16Compressor` sends
+float32 as float16, with no pre-scaling of a sum (what optimizers reduce):
 
 ```python
-wire = float16(x / n)          # |x| <= 65504 on each of the n workers
-total = all_reduce_sum(wire)   # |total| <= max |x| <= 65504: no overflow
-sum = float32(total) * n       # back in float32
+wire = float16(g)              # each replica: g = loss_scale * g_local / n
+total = all_reduce_sum(wire)   # float16 ring sum
+g = float32(total)             # then unscaled in float32 (LARSMixed)
 ```
 
-Pre-scaling moves the risk from overflow to underflow: values below
-`n * 6e-8` are flushed to zero. With loss scaling (`LARSMixed`) the
-gradients that reach the all-reduce are already unscaled; such tiny values
-carry no useful update.
+Keras divides each replica's loss by the number of replicas `n`, so the
+sum is no larger than the largest replica's own gradient: nothing more is
+needed against overflow. What float16 costs is precision at the small end:
+values below its normal range (6.1e-5) keep fewer than 11 bits, below
+6e-8 none. Under `LARSMixed` the gradients on the wire still carry the loss
+scale (2**15 by default), which lifts them into the normal range; an
+overflow there (an inf in the sum) makes the step skip and the scale halve
+on every replica. Without a loss scale (plain `LARS`, SGD) small
+gradients lose bits: prefer `LARSMixed` with fp16 transport.
+
+Use a compressor by name (`compression="fp16"`) or as a class
+(`compression=Compression.fp16`) in `MultiWorkerMirroredStrategy`; a
+subclass overriding `wire_dtype` defines a new one.
 
 References:
     - Jia et al., 2018, arXiv:1807.11205 (FP16 transport of gradients).
@@ -24,7 +32,7 @@ import tensorflow as tf
 
 
 class Compressor:
-    """Interface: `compress` before the all-reduce, `decompress` after."""
+    """Interface: the wire dtype; `compress` and `decompress` cast to it."""
 
     name = None
 
@@ -33,29 +41,18 @@ class Compressor:
         """The dtype a buffer of `dtype` travels in."""
         return tf.as_dtype(dtype)
 
-    @staticmethod
-    def prescale(dtype, group_size):
-        """The factor applied before sending a buffer of `dtype`."""
-        return 1.0
-
     @classmethod
-    def compress(cls, tensor, group_size=1):
+    def compress(cls, tensor):
         """Returns `(wire_tensor, context)`; `context` feeds `decompress`."""
-        dtype = tensor.dtype
-        scale = cls.prescale(dtype, group_size)
-        wire = cls.wire_dtype(dtype)
-        if wire == dtype and scale == 1.0:
-            return tensor, (dtype, 1.0)
-        x = tf.cast(tensor, tf.float32) * scale
-        return tf.cast(x, wire), (dtype, scale)
+        wire = tf.as_dtype(cls.wire_dtype(tensor.dtype))
+        if wire == tensor.dtype:
+            return tensor, tensor.dtype
+        return tf.cast(tensor, wire), tensor.dtype
 
     @staticmethod
     def decompress(tensor, context):
         """Inverse of `compress` applied to an all-reduced `tensor`."""
-        dtype, scale = context
-        if tensor.dtype == dtype and scale == 1.0:
-            return tensor
-        return tf.cast(tf.cast(tensor, tf.float32) * (1.0 / scale), dtype)
+        return tensor if tensor.dtype == context else tf.cast(tensor, context)
 
 
 class NoneCompressor(Compressor):
@@ -65,7 +62,7 @@ class NoneCompressor(Compressor):
 
 
 class FP16Compressor(Compressor):
-    """Sends float32 buffers as float16, pre-scaled by `1 / group_size`."""
+    """Sends float32 buffers as float16 (other dtypes as they are)."""
 
     name = "fp16"
 
@@ -73,12 +70,6 @@ class FP16Compressor(Compressor):
     def wire_dtype(dtype):
         dtype = tf.as_dtype(dtype)
         return tf.float16 if dtype == tf.float32 else dtype
-
-    @staticmethod
-    def prescale(dtype, group_size):
-        if tf.as_dtype(dtype) != tf.float32:
-            return 1.0
-        return 1.0 / group_size
 
 
 class Compression:
@@ -100,3 +91,13 @@ def get(identifier):
         "`compression` must be None, 'none', 'fp16' or a `Compressor` "
         f"subclass. Received: compression={identifier!r}"
     )
+
+
+def serialize(compressor):
+    """`None` for no compression, the name of a built-in, else the class."""
+    compressor = get(compressor)
+    if compressor is NoneCompressor:
+        return None
+    if compressor is FP16Compressor:
+        return compressor.name
+    return compressor

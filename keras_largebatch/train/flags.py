@@ -113,6 +113,32 @@ def define_flags():
         "A .weights.h5 of the same architecture; the classifier is skipped "
         "when the number of classes differs (fine-tuning).",
     )
+    from keras_largebatch import distribute
+
+    flags.DEFINE_integer(
+        "fusion_threshold_bytes", distribute.FUSION_THRESHOLD_BYTES,
+        "multi_worker: capacity of a gradient fusion bucket (0: one "
+        "all-reduce per tensor).",
+    )
+    flags.DEFINE_integer(
+        "hierarchical_threshold_bytes", distribute.HIERARCHICAL_THRESHOLD_BYTES,
+        "multi_worker: buckets smaller than this go hierarchical when the "
+        "job spans several nodes (0: never).",
+    )
+    flags.DEFINE_enum(
+        "compression", "none", ("none", "fp16"),
+        "multi_worker: fp16 sends float32 gradients as float16 (best with "
+        "lars_mixed, whose gradients travel loss-scaled).",
+    )
+    flags.DEFINE_integer(
+        "workers_per_node", 0,
+        "multi_worker: consecutive tasks per node (0: tasks sharing a host).",
+    )
+    flags.DEFINE_float(
+        "collective_timeout_seconds", 0.0,
+        "multi_worker: a collective waiting longer fails the job (0: no "
+        "limit).",
+    )
     flags.DEFINE_enum(
         "distribution", "none", DISTRIBUTIONS,
         "multi_worker: keras_largebatch.distribute with TF_CONFIG "

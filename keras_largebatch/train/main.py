@@ -48,6 +48,8 @@ def main(argv):
     if len(rest) > 1:
         return fail(f"Unexpected arguments: {' '.join(rest[1:])}")
     try:
+        if FLAGS.distribution == "multi_worker":
+            _multi_worker_strategy(FLAGS)  # before any other TensorFlow op
         job = prepare(FLAGS)
     except (ValueError, OSError) as e:
         return fail(e)
@@ -301,21 +303,61 @@ def _distribution(FLAGS):
         raise ValueError(
             "`distribution=multi_worker` needs the TensorFlow backend "
             f"(KERAS_BACKEND=tensorflow). Received: backend={backend}")
-    from keras_largebatch import distribute
-
     raw = os.environ.get("TF_CONFIG")
-    try:
-        tf_config = json.loads(raw) if raw is not None else {}
-    except json.JSONDecodeError:
-        raise ValueError(
-            "The TF_CONFIG environment variable must be JSON (or unset for "
-            f"one worker). Received: TF_CONFIG={raw!r}") from None
+    tf_config = json.loads(raw) if raw is not None else {}
     task = tf_config.get("task", {})
     cluster = tf_config.get("cluster", {})
     chief = task.get("type", "worker") == "chief" or (
         "chief" not in cluster and task.get("index", 0) == 0)
-    strategy = distribute.MultiWorkerMirroredStrategy()
+    strategy = _multi_worker_strategy(FLAGS)
     return strategy, strategy.num_replicas_in_sync, chief, task.get("index", 0)
+
+
+_STRATEGY = []
+
+
+def _multi_worker_strategy(FLAGS):
+    """The flags' `MultiWorkerMirroredStrategy`, created once per process.
+
+    `main` creates it first, after parsing the flags and before any other
+    TensorFlow op: TensorFlow configures collectives when its runtime
+    starts, and the strategy waits there for every worker in `TF_CONFIG`.
+    """
+    if _STRATEGY:
+        return _STRATEGY[0]
+    backend = os.environ.get("KERAS_BACKEND")
+    if backend is None:
+        import keras
+
+        backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise ValueError(
+            "`distribution=multi_worker` needs the TensorFlow backend "
+            f"(KERAS_BACKEND=tensorflow). Received: backend={backend}")
+    raw = os.environ.get("TF_CONFIG")
+    try:
+        json.loads(raw) if raw is not None else {}
+    except json.JSONDecodeError:
+        raise ValueError(
+            "The TF_CONFIG environment variable must be JSON (or unset for "
+            f"one worker). Received: TF_CONFIG={raw!r}") from None
+    _check(FLAGS.collective_timeout_seconds >= 0,
+           "collective_timeout_seconds", ">= 0")
+    _check(FLAGS.workers_per_node >= 0, "workers_per_node", ">= 0")
+    import tensorflow as tf
+
+    from keras_largebatch import distribute
+
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=FLAGS.collective_timeout_seconds or None)
+    _STRATEGY.append(distribute.MultiWorkerMirroredStrategy(
+        communication_options=options,
+        fusion_threshold_bytes=FLAGS.fusion_threshold_bytes,
+        hierarchical_threshold_bytes=FLAGS.hierarchical_threshold_bytes,
+        compression=FLAGS.compression,
+        workers_per_node=FLAGS.workers_per_node or None,
+    ))
+    return _STRATEGY[0]
 
 
 class _NullScope:

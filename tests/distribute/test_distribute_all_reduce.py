@@ -112,27 +112,61 @@ def test_get_config_covers_every_keyword_argument():
     }
 
 
-def test_fp16_prescaling_keeps_a_large_sum_finite():
-    n = 4
-    x = tf.constant([60000.0, -1.5, 0.25])
-    wire, context = compression.FP16Compressor.compress(x, group_size=n)
-    assert wire.dtype == tf.float16
-    total = tf.add_n([wire] * n)  # what the all-reduce computes
-    result = compression.FP16Compressor.decompress(total, context)
-    np.testing.assert_allclose(result.numpy(), [240000.0, -6.0, 1.0], rtol=1e-3)
-    # Without the pre-scaling the same sum overflows float16.
-    assert not np.isfinite(tf.add_n([tf.cast(x, tf.float16)] * n).numpy()[0])
+def test_fp16_casts_a_sum_as_it_is_and_divides_a_mean_before_the_cast():
+    sum_, mean = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
+    fp16 = compression.FP16Compressor
+    assert all_reduce.wire_format(tf.float32, 1, sum_, 1024, fp16) == (
+        tf.float16, 1.0, 1.0
+    )
+    assert all_reduce.wire_format(tf.float32, 2, mean, 8, fp16) == (
+        tf.float16, 0.125, 1.0
+    )
+    # Scalars (flags, losses) and uncompressed tensors in full precision.
+    assert all_reduce.wire_format(tf.float32, 0, sum_, 8, fp16) == (
+        tf.float32, 1.0, 1.0
+    )
+    assert all_reduce.wire_format(tf.float32, 1, mean, 8, None) == (
+        tf.float32, 1.0, 0.125
+    )
 
 
-def test_compressors_pass_other_dtypes_through():
+def test_compressors_cast_float32_and_pass_other_dtypes_through():
     x = tf.constant([1.0, 2.0], tf.bfloat16)
-    wire, context = compression.FP16Compressor.compress(x, group_size=8)
+    wire, context = compression.FP16Compressor.compress(x)
     assert wire.dtype == tf.bfloat16
+    y, context = compression.FP16Compressor.compress(tf.constant([1.5e-3]))
+    assert y.dtype == tf.float16
+    back = compression.FP16Compressor.decompress(y, context)
+    assert back.dtype == tf.float32
+    np.testing.assert_allclose(back.numpy(), [1.5e-3], rtol=1e-3)
     assert compression.NoneCompressor.wire_dtype(tf.float32) == tf.float32
     assert compression.get(None) is compression.NoneCompressor
     assert compression.get("fp16") is compression.FP16Compressor
+    assert compression.get(compression.Compression.fp16) is (
+        compression.FP16Compressor
+    )
     with pytest.raises(ValueError, match="compression='bf8'"):
         compression.get("bf8")
+
+
+def test_strategy_takes_the_public_compression_classes():
+    script = (
+        "import keras_largebatch.distribute as d\n"
+        "s = d.MultiWorkerMirroredStrategy(compression=d.Compression.fp16)\n"
+        "print('CONFIG', s.get_config()['compression'])\n"
+        "print('OPS', s.cross_device_ops._compressor.__name__)\n"
+        "s = d.MultiWorkerMirroredStrategy(compression=d.Compression.none)\n"
+        "print('NONE', s.get_config()['compression'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True,
+        timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(l.split(" ", 1) for l in proc.stdout.splitlines() if " " in l)
+    assert lines["CONFIG"] == "fp16"
+    assert lines["OPS"] == "FP16Compressor"
+    assert lines["NONE"] == "None"
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +198,7 @@ def test_fused_all_reduce_equals_numpy_in_float32(local_reduce, op):
 @pytest.mark.parametrize("op", ["SUM", "MEAN"])
 def test_fused_all_reduce_in_fp16_within_float16_rounding(local_reduce, op):
     inputs = local_reduce["inputs"]
-    for k, reduced in enumerate(local_reduce[f"fp16_{op}"]):
+    for k, reduced in enumerate(local_reduce[f"fp16_{op}_replica"]):
         expected = np.add(
             np.asarray(inputs[0][k], np.float64),
             np.asarray(inputs[1][k], np.float64),
@@ -177,10 +211,31 @@ def test_fused_all_reduce_in_fp16_within_float16_rounding(local_reduce, op):
             )
 
 
+@pytest.mark.parametrize("op", ["SUM", "MEAN"])
+def test_cross_replica_reductions_travel_in_full_precision_under_fp16(
+    local_reduce, op
+):
+    # `strategy.reduce` and metrics: exact, as without compression (and
+    # float32 on the wire, checked below).
+    assert local_reduce[f"fp16_{op}"] == local_reduce[f"None_{op}"]
+    assert local_reduce[f"None_{op}_replica"] == local_reduce[f"None_{op}"]
+
+
 def test_buckets_follow_dtype_and_fp16_halves_float32_bytes(local_reduce):
     # Forward: f32[3,4], f16[5], f32[], f32[0,2], bf16[7,3]; int32 aside.
     # Reverse with 64-byte buckets: bf16 (42 B), f32 x3 (52 B), f16 (10 B).
     expected = [[1, 42, "flat"], [3, 52, "flat"], [1, 10, "flat"]]
-    assert local_reduce["None_buckets"][:3] == expected
-    expected[1][1] = 26
-    assert local_reduce["fp16_buckets"][:3] == expected
+    assert local_reduce["None_buckets_replica"] == expected
+    # fp16: f32[0,2] and f32[3,4] as float16 (24 B); the scalar in a
+    # float32 bucket of its own.
+    assert local_reduce["fp16_buckets_replica"] == [
+        [1, 42, "flat"], [2, 24, "flat"], [1, 4, "flat"], [1, 10, "flat"]
+    ]
+
+
+def test_strategy_reduce_sends_float32_under_fp16(local_reduce):
+    # One value at a time, as `strategy.reduce`: f32[3,4] is 48 bytes.
+    expected = [[1, 48, "flat"], [1, 10, "flat"], [1, 4, "flat"],
+                [1, 42, "flat"]]
+    assert local_reduce["None_buckets"] == expected
+    assert local_reduce["fp16_buckets"] == expected

@@ -188,3 +188,54 @@ def test_killed_worker_fails_the_job_and_restart_resumes_from_backup(
     for r in resumed:
         assert r["epochs"].tolist() == [1]
         _assert_close(r, single, ATOL_FLOAT32)
+
+
+FP16_WORKER = os.path.join(os.path.dirname(__file__), "workers", "fp16_worker.py")
+EIGHT_WORKER_TIMEOUT = 480
+
+
+def test_eight_workers_fp16_update_within_0_15_percent_of_float32(tmp_path):
+    ports = free_ports(8)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs, outs = [], []
+    for i in range(8):
+        out = str(tmp_path / f"fp16_{i}.npz")
+        log = open(tmp_path / f"fp16_{i}.log", "w")
+        config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        procs.append(subprocess.Popen(
+            [sys.executable, FP16_WORKER, out], env=_env(config),
+            stdout=log, stderr=subprocess.STDOUT,
+        ))
+        outs.append(out)
+    deadline = time.monotonic() + EIGHT_WORKER_TIMEOUT
+    try:
+        for i, p in enumerate(procs):
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+            assert p.returncode == 0, _log(tmp_path, "fp16", i)
+    finally:
+        _kill(procs)
+    results = [dict(np.load(o)) for o in outs]
+    r = results[0]
+    names = sorted(k[len("w0_"):] for k in r if k.startswith("w0_"))
+    for other in results[1:]:
+        for k in names:
+            np.testing.assert_array_equal(other[f"fp16_{k}"], r[f"fp16_{k}"])
+    u32 = np.concatenate([
+        (r[f"f32_{k}"].astype(np.float64) - r[f"w0_{k}"]).ravel()
+        for k in names
+    ])
+    u16 = np.concatenate([
+        (r[f"fp16_{k}"].astype(np.float64) - r[f"w0_{k}"]).ravel()
+        for k in names
+    ])
+    assert np.linalg.norm(u32) > 0
+    difference = np.linalg.norm(u16 - u32) / np.linalg.norm(u32)
+    print(f"8 workers: fp16 vs float32 update differ by {difference:.4%}")
+    assert difference <= 0.0015, difference
+    # The 676 gradient elements travelled in one bucket, in float16 the
+    # second time; the other reductions (scalars, Keras' first batch) in
+    # float32 both times.
+    assert [4, 2704] in r["buckets_f32"].tolist()
+    assert [4, 1352] in r["buckets_fp16"].tolist()
+    others = [b for b in r["buckets_f32"].tolist() if b != [4, 2704]]
+    assert [b for b in r["buckets_fp16"].tolist() if b != [4, 1352]] == others

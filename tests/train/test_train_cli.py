@@ -208,3 +208,54 @@ def test_multi_worker_flag_runs_under_the_strategy_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["replicas"] == 1
+
+
+STRATEGY_PROBE = """
+import json, sys
+from keras_largebatch import distribute
+from keras_largebatch.train import main
+
+class Probe:
+    def __init__(self, communication_options=None, **kwargs):
+        from tensorflow.python.eager import context
+        print("PROBE" + json.dumps(dict(
+            kwargs, timeout=communication_options.timeout_seconds,
+            runtime_started=context.context()._initialized)))
+        raise ValueError("probe stops here")
+
+distribute.MultiWorkerMirroredStrategy = Probe
+sys.exit(main.main(["keras-largebatch-train"] + sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow strategy")
+def test_multi_worker_strategy_comes_first_and_takes_its_flags(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", STRATEGY_PROBE, "--distribution=multi_worker",
+         "--fusion_threshold_bytes=1048576", "--compression=fp16",
+         "--hierarchical_threshold_bytes=0", "--workers_per_node=2",
+         "--collective_timeout_seconds=30", *TINY,
+         f"--model_dir={tmp_path}/run"],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, KERAS_BACKEND="tensorflow"),
+    )
+    assert proc.returncode == 2 and "probe stops here" in proc.stderr
+    line = [l for l in proc.stdout.splitlines() if l.startswith("PROBE")][0]
+    assert json.loads(line[len("PROBE"):]) == {
+        "fusion_threshold_bytes": 1048576, "compression": "fp16",
+        "hierarchical_threshold_bytes": 0, "workers_per_node": 2,
+        "timeout": 30.0, "runtime_started": False,
+    }
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow strategy")
+@pytest.mark.parametrize("flag", [
+    "--fusion_threshold_bytes=-1", "--hierarchical_threshold_bytes=-8",
+    "--workers_per_node=-2", "--collective_timeout_seconds=-1",
+])
+def test_bad_multi_worker_flags_exit_2_naming_them(flag, tmp_path, capsys):
+    assert _run("--distribution=multi_worker", flag, *TINY,
+                f"--model_dir={tmp_path}/run") == 2
+    err = capsys.readouterr().err
+    assert flag[2:].split("=")[0] + "=" + flag.split("=")[1] in err, err

@@ -2,7 +2,9 @@
 
 Prints one line `RESULT<json>`: for each compression (`none`, `fp16`) and
 op (`SUM`, `MEAN`), the reduced values on each device, plus the inputs and
-the buckets traced. Run in its own process: it splits the CPU in two
+the buckets traced, through `reduce` of each value (as `strategy.reduce`)
+under the keys `<compression>_<op>`, and through `batch_reduce` (as
+`ReplicaContext.all_reduce`) under `<compression>_<op>_replica`. Run in its own process: it splits the CPU in two
 logical devices, which must happen before TensorFlow initialises.
 """
 
@@ -63,14 +65,24 @@ def main():
 
             @tf.function
             def reduce():
+                return [
+                    list(ops.reduce(op, value, value).values)
+                    for value, _ in pairs
+                ]
+
+            @tf.function
+            def replica_reduce():
                 return [list(r.values) for r in ops.batch_reduce(op, pairs)]
 
-            result = reduce()
-            out[f"{compression}_{op.value}"] = [
-                [np.asarray(tf.cast(v, tf.float64)).tolist() for v in r]
-                for r in result
-            ]
-        out[f"{compression}_buckets"] = list(ops.bucket_log)
+            for suffix, fn in (("", reduce), ("_replica", replica_reduce)):
+                result = fn()
+                out[f"{compression}_{op.value}{suffix}"] = [
+                    [np.asarray(tf.cast(v, tf.float64)).tolist() for v in r]
+                    for r in result
+                ]
+                log = [b for b in ops.bucket_log if b[1] or b[0] > 1]
+                out[f"{compression}_buckets{suffix}"] = log
+                ops.bucket_log.clear()
     print("RESULT" + json.dumps(out))
 
 
