@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_largebatch import decay
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers.lars import LARS
 
@@ -40,9 +41,13 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
         exclude_from_weight_decay, exclude_from_layer_adaptation: As `LARS`.
         initial_scale: Float > 0, the initial loss scale. Defaults to `2**15`.
         dynamic_growth_steps: Int >= 1. Defaults to `2000`.
-        name: The optimizer's name. Defaults to `"lars_mixed"`.
+        name: The optimizer's name. Defaults to `None`: a unique name from
+            the class, `"lars_mixed"`, `"lars_mixed_1"`, ...
         **kwargs: Other arguments of the inner `LARS` (`clipnorm`,
-            `global_clipnorm`, `gradient_accumulation_steps`, ...).
+            `global_clipnorm`, `gradient_accumulation_steps`, ...), except
+            `loss_scale_factor`: the loss scale is dynamic, and a fixed
+            factor raises a `ValueError` (Keras' `LossScaleOptimizer` would
+            silently drop it).
 
     References:
         - Jia et al., 2018, arXiv:1807.11205.
@@ -62,9 +67,10 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
         exclude_from_layer_adaptation=None,
         initial_scale=2.0**15,
         dynamic_growth_steps=2000,
-        name="lars_mixed",
+        name=None,
         **kwargs,
     ):
+        _check_no_loss_scale_factor(kwargs)
         number = isinstance(initial_scale, (int, float)) and not isinstance(
             initial_scale, bool
         )
@@ -91,6 +97,7 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
             nesterov=nesterov,
             exclude_from_weight_decay=exclude_from_weight_decay,
             exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            name="lars",  # explicit: no unique name taken from users' LARS
             **kwargs,
         )
         super().__init__(
@@ -101,6 +108,8 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
         )
 
     def build(self, var_list):
+        if self.built:
+            return
         self.step_counter = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation="none",
             name="step_counter",
@@ -117,11 +126,10 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
                     shape=v.shape,
                     dtype="float32",
                     initializer=_copy_of(v),
-                    name=f"{v.name}_master",
+                    name=decay.variable_path(v).replace("/", "_") + "_master",
                 )
         targets = [self._target(v) for v in var_list]
-        self.inner_optimizer.build(targets)
-        self.inner_optimizer._set_lars_flags(targets, var_list)
+        self.inner_optimizer._build_for(targets, var_list)
         keras.optimizers.Optimizer.build(self, var_list)
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
@@ -166,9 +174,9 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
 
     def check_finite(self, grads):
         if keras.backend.backend() == "torch":
-            from keras_largebatch.optimizers import torch_lars
+            from keras_largebatch.optimizers import torch_foreach
 
-            return torch_lars.all_finite(grads)
+            return torch_foreach.all_finite(grads)
         finite = super().check_finite(grads)
         if keras.backend.backend() == "tensorflow":
             finite = _agree_across_replicas(finite)
@@ -217,6 +225,16 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
                 config["learning_rate"], custom_objects=custom_objects
             )
         return cls(**config)
+
+
+def _check_no_loss_scale_factor(kwargs):
+    value = kwargs.get("loss_scale_factor")
+    if value is not None:
+        raise ValueError(
+            "`loss_scale_factor` is not supported: the loss scale is "
+            "dynamic (set `initial_scale` instead). "
+            f"Received: loss_scale_factor={value}"
+        )
 
 
 def _copy_of(variable):

@@ -11,21 +11,12 @@ import keras
 import torch
 
 from keras_largebatch.optimizers import lars as lars_module
+from keras_largebatch.optimizers import torch_foreach
 
 
 @torch.no_grad()
 def update_step(optimizer, grads, variables, learning_rate):
-    fused, others = [], []
-    for g, v in zip(grads, variables):
-        if g is not None and not torch.is_tensor(g):
-            g = keras.ops.convert_to_tensor(g)
-        flag = optimizer._lars_flags[optimizer._var_key(v)]
-        dense = g is not None and not g.is_sparse
-        float32 = v.dtype == "float32" and g.dtype == torch.float32
-        if dense and float32 and flag[0]:
-            fused.append((g, v, flag))
-        else:
-            others.append((g, v))
+    fused, others = torch_foreach.split(optimizer, grads, variables)
     for g, v in others:
         lars_module.LARS.update_step(optimizer, g, v, learning_rate)
     if not fused:
@@ -41,7 +32,7 @@ def update_step(optimizer, grads, variables, learning_rate):
     adapted = torch.tensor([a for _, _, a in flags], device=device)
     lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
-    w_norm, g_norm = _norms(weights), _norms(grads)
+    w_norm, g_norm = torch_foreach.norms(weights), torch_foreach.norms(grads)
     valid = adapted & (w_norm > 0) & (g_norm > 0)
     denominator = g_norm + decay * w_norm + optimizer.epsilon
     trust = torch.where(
@@ -87,21 +78,3 @@ def _descend(weights, grads, scale, decay, decayed):
             [weights[i] for i in decayed], [shrink[i] for i in decayed]
         )
     torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
-
-
-def _norms(tensors):
-    if tensors[0].is_cuda:
-        return torch.stack(torch._foreach_norm(tensors))
-    # On CPU a BLAS dot per tensor reads it once, twice as fast here as
-    # `_foreach_norm`, which is a loop of `vector_norm` calls on CPU.
-    return torch.stack([torch.dot(t.view(-1), t.view(-1)) for t in tensors]).sqrt()
-
-
-@torch.no_grad()
-def all_finite(grads):
-    """One max-abs reduction per tensor (NaN propagates), no bool copies."""
-    tensors = [keras.ops.convert_to_tensor(g) for g in grads if g is not None]
-    if not tensors:
-        return torch.tensor(True)
-    peaks = torch._foreach_norm(tensors, float("inf"))
-    return torch.isfinite(torch.stack(peaks)).all()
