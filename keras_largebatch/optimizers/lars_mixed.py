@@ -16,6 +16,7 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
     in float16, then each step
 
     ```python
+    g = all_reduce_sum(g)                 # tf.distribute: still loss-scaled
     g = float32(g) / loss_scale          # unscale in float32
     if not all_finite(g):                 # skip: nothing is written
         loss_scale /= 2
@@ -34,7 +35,10 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
     A subclass of `keras.optimizers.LossScaleOptimizer`, so
     `model.compile(optimizer=LARSMixed(...))` under `mixed_float16` keeps it
     as it is and Keras' trainers scale the loss. The loss scale doubles
-    after `dynamic_growth_steps` finite steps.
+    after `dynamic_growth_steps` finite steps. Under a `tf.distribute`
+    strategy the gradients are summed across replicas while still
+    multiplied by the loss scale, then every replica unscales and checks
+    the same sum (`all_reduce_scaled_gradients`).
 
     Args:
         learning_rate, momentum, eta, weight_decay, epsilon, nesterov,
@@ -177,10 +181,57 @@ class LARSMixed(keras.optimizers.LossScaleOptimizer):
             from keras_largebatch.optimizers import torch_foreach
 
             return torch_foreach.all_finite(grads)
-        finite = super().check_finite(grads)
-        if keras.backend.backend() == "tensorflow":
-            finite = _agree_across_replicas(finite)
-        return finite
+        return super().check_finite(grads)
+
+    def _tf_apply(self, grads, trainable_variables=None):
+        grads = self.all_reduce_scaled_gradients(grads)
+        # Keras' TensorFlow optimizers sum gradients across replicas in
+        # `_backend_update_step`: the inner one gets sums already.
+        self.inner_optimizer._all_reduce_sum_gradients = _already_reduced
+        super()._tf_apply(grads, trainable_variables)
+
+    def all_reduce_scaled_gradients(self, grads):
+        """Sums loss-scaled gradients across replicas (TensorFlow).
+
+        The order of operations of Jia et al. (2018) under `tf.distribute`:
+
+        ```python
+        g = all_reduce_sum(g_scaled)          # still times loss_scale
+        g = float32(g) / loss_scale           # every replica, same values
+        if not all_finite(g): skip, halve     # hence the same decision
+        else: apply the inner rule to g
+        ```
+
+        The sum is taken by the strategy's cross-device ops (fusion,
+        hierarchy and float16 transport of
+        `keras_largebatch.distribute.MultiWorkerMirroredStrategy` apply), on
+        values the loss scale keeps in float16's normal range. It runs
+        before the finiteness check, so no bucket waits for a flag computed
+        from every gradient, and replicas agree on an overflow without an
+        extra all-reduce: an overflow anywhere makes the sum non-finite
+        everywhere. The inner optimizer then applies the reduced gradients
+        without reducing them again (its `_all_reduce_sum_gradients` is
+        the identity). Subclasses with another inner rule inherit this
+        mechanism whole, through `_tf_apply`.
+
+        Returns `grads` unchanged outside a replica context or with one
+        replica.
+        """
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return grads
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if not present:
+            return grads
+        reduced = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, [grads[i] for i in present]
+        )
+        grads = list(grads)
+        for i, g in zip(present, reduced):
+            grads[i] = g
+        return grads
 
     def _common_apply(self, grads, trainable_variables=None):
         if keras.backend.backend() != "jax":
@@ -244,20 +295,8 @@ def _copy_of(variable):
     return initializer
 
 
-def _agree_across_replicas(finite):
-    # Under tf.distribute the gradients reach `apply` before their
-    # all-reduce: a replica whose local gradients overflowed would skip the
-    # step (and its all-reduce) while the others wait in it. All replicas
-    # take the same decision: finite only if finite everywhere.
-    import tensorflow as tf
-
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return finite
-    overflowed = context.all_reduce(
-        tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, "float32")
-    )
-    return overflowed == 0
+def _already_reduced(grads_and_vars):
+    return list(grads_and_vars)
 
 
 def _is_traced(x):
