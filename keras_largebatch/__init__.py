@@ -11,6 +11,7 @@ package holds AlexNet-BN and ResNet-50; `keras_largebatch.distribute`
 from keras_largebatch.decay import exclude_bias_and_norm
 from keras_largebatch.decay import no_decay_variables
 from keras_largebatch.optimizers import LAMB
+from keras_largebatch.optimizers import LAMBMixed
 from keras_largebatch.optimizers import LARS
 from keras_largebatch.optimizers import LARSMixed
 from keras_largebatch.schedules import WarmupPolynomialDecay
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LAMB",
+    "LAMBMixed",
     "LARS",
     "LARSMixed",
     "WarmupPolynomialDecay",

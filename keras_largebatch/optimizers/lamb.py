@@ -113,9 +113,13 @@ class LAMB(layerwise.LayerwiseOptimizer):
         lr = ops.cast(learning_rate, "float32")
         index = self._get_variable_index(variable)
         m, v = self.momentums[index], self.velocities[index]
-        m_new = ops.add(ops.multiply(m, self.beta_1), g * (1 - self.beta_1))
+        c_m, c_v = 1.0 - self.beta_1, 1.0 - self.beta_2
+        if self._gradient_scale is not None:  # 1 / loss_scale, folded in
+            c_m = c_m * self._gradient_scale
+            c_v = c_v * ops.square(self._gradient_scale)
+        m_new = ops.add(ops.multiply(m, self.beta_1), ops.multiply(g, c_m))
         v_new = ops.add(
-            ops.multiply(v, self.beta_2), ops.square(g) * (1 - self.beta_2)
+            ops.multiply(v, self.beta_2), ops.multiply(ops.square(g), c_v)
         )
         self.assign(m, m_new)
         self.assign(v, v_new)

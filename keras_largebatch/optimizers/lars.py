@@ -111,13 +111,18 @@ class LARS(layerwise.LayerwiseOptimizer):
         g = ops.cast(layerwise.densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
         wd = self.weight_decay if decayed else 0.0
-        update = ops.add(g, ops.multiply(w, wd)) if wd else g
+        g_scale = self._gradient_scale  # 1 / loss_scale, folded in
         if adapted:
             w_norm, g_norm = layerwise.norm(w), layerwise.norm(g)
+            if g_scale is not None:
+                g_norm = g_norm * g_scale
             valid = ops.logical_and(w_norm > 0, g_norm > 0)
             denominator = g_norm + wd * w_norm + self.epsilon
             lr = lr * layerwise.trust_ratio(self.eta * w_norm, denominator, valid)
-        step = ops.multiply(update, lr)
+        # step = lr * (g + wd * w)
+        step = ops.multiply(g, lr if g_scale is None else lr * g_scale)
+        if wd:
+            step = ops.add(step, ops.multiply(w, lr * wd))
         velocity = None
         if self.momentum:
             velocity = self.momentums[self._get_variable_index(variable)]

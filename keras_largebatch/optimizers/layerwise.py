@@ -49,6 +49,10 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             exclude_from_layer_adaptation
         )
 
+    _gradient_scale = None
+    """Set by the mixed optimizers for one step: `1 / loss_scale`, which
+    `update_step` folds into its own multiplications by the gradient."""
+
     use_fused_path = True
     """Use the backend's fused kernels where there are some.
 

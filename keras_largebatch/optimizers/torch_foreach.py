@@ -40,3 +40,17 @@ def all_finite(grads):
         return torch.tensor(True)
     peaks = torch._foreach_norm(tensors, float("inf"))
     return torch.isfinite(torch.stack(peaks)).all()
+
+
+@torch.no_grad()
+def unscale_and_check(grads, inverse):
+    """Multiplies the float32 `grads` by `inverse` in place and returns
+    whether all are finite: one pass, the kernel `torch.amp.GradScaler`
+    uses."""
+    tensors = [g for g in grads if g is not None]
+    if not tensors:
+        return torch.tensor(True)
+    found_inf = torch.zeros(1, device=tensors[0].device)
+    inverse = torch.as_tensor(inverse, dtype=torch.float32).reshape(1).to(found_inf.device)
+    torch._amp_foreach_non_finite_check_and_unscale_(tensors, found_inf, inverse)
+    return found_inf[0] == 0

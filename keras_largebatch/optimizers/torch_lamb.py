@@ -4,6 +4,7 @@ Same arithmetic as `LAMB.update_step`, batched over all float32 variables,
 in place except for one buffer the size of the model that holds `r`:
 
     m = beta_1 * m + (1 - beta_1) * g;  v = beta_2 * v + (1 - beta_2) * g**2
+                                 (g times 1 / loss_scale under loss scaling)
     r = m / (sqrt(v) * c1 / sqrt(c2) + epsilon * c1)   # = m_hat / (sqrt(v_hat) + eps)
     r += wd * w                  (decayed variables)
     w -= lr * trust * r          (trust from the two norm vectors)
@@ -39,9 +40,14 @@ def update_step(optimizer, grads, variables, learning_rate):
         for c in optimizer.bias_corrections()
     )
 
-    torch._foreach_lerp_(ms, grads, 1.0 - optimizer.beta_1)
+    inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
+    inverse = 1.0 if inverse is None else float(inverse)
+    torch._foreach_mul_(ms, optimizer.beta_1)
+    torch._foreach_add_(ms, grads, alpha=(1.0 - optimizer.beta_1) * inverse)
     torch._foreach_mul_(vs, optimizer.beta_2)
-    torch._foreach_addcmul_(vs, grads, grads, value=1.0 - optimizer.beta_2)
+    torch._foreach_addcmul_(
+        vs, grads, grads, value=(1.0 - optimizer.beta_2) * inverse**2
+    )
     r = torch._foreach_sqrt(vs)
     torch._foreach_mul_(r, c1 / c2.sqrt())
     torch._foreach_add_(r, optimizer.epsilon * c1)

@@ -1,7 +1,8 @@
 """The LARS update for the torch backend with `torch._foreach_*` ops.
 
 Same arithmetic as `LARS.update_step`, batched over all float32 variables:
-norms by `_foreach_norm`, the trust ratios as one vector, and every update
+one norm per tensor, the trust ratios as one vector, `1 / loss_scale` (from
+the mixed optimizers) folded into the per-variable scales, and every update
 in place (out-of-place `_foreach_*` ops allocate the model's size again each
 step, which alone costs about as much as SGD). Variables of other dtypes go
 through the per-variable path.
@@ -33,6 +34,10 @@ def update_step(optimizer, grads, variables, learning_rate):
     lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
     w_norm, g_norm = torch_foreach.norms(weights), torch_foreach.norms(grads)
+    inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
+    if inverse is not None:
+        inverse = keras.ops.convert_to_tensor(inverse).to(device)
+        g_norm = g_norm * inverse
     valid = adapted & (w_norm > 0) & (g_norm > 0)
     denominator = g_norm + decay * w_norm + optimizer.epsilon
     trust = torch.where(
@@ -41,7 +46,7 @@ def update_step(optimizer, grads, variables, learning_rate):
         1.0,
     )
     scale = lr * trust  # per variable: lr * trust
-    scales = list(torch.unbind(scale))
+    grad_scale = scale if inverse is None else scale * inverse
     decayed = [i for i, d in enumerate(decay_list) if d > 0]
 
     if optimizer.momentum:
@@ -52,7 +57,7 @@ def update_step(optimizer, grads, variables, learning_rate):
         ]
         # v = momentum * v + scale * (g + wd * w)
         torch._foreach_mul_(bufs, momentum)
-        torch._foreach_addcmul_(bufs, grads, scales)
+        torch._foreach_addcmul_(bufs, grads, list(torch.unbind(grad_scale)))
         if decayed:
             decay_scales = torch.unbind(scale * decay)
             torch._foreach_addcmul_(
@@ -62,19 +67,20 @@ def update_step(optimizer, grads, variables, learning_rate):
             )
         if optimizer.nesterov:
             # w = w - momentum * v - scale * (g + wd * w)
-            _descend(weights, grads, scale, decay, decayed)
+            _descend(weights, grads, scale, grad_scale, decay, decayed)
             torch._foreach_add_(weights, bufs, alpha=-momentum)
         else:
             torch._foreach_sub_(weights, bufs)
     else:
-        _descend(weights, grads, scale, decay, decayed)
+        _descend(weights, grads, scale, grad_scale, decay, decayed)
 
 
-def _descend(weights, grads, scale, decay, decayed):
-    """w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g."""
+def _descend(weights, grads, scale, grad_scale, decay, decayed):
+    """w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g,
+    with `grad_scale` = scale (times 1 / loss_scale under loss scaling)."""
     if decayed:
         shrink = torch.unbind(1.0 - scale * decay)
         torch._foreach_mul_(
             [weights[i] for i in decayed], [shrink[i] for i in decayed]
         )
-    torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
+    torch._foreach_addcmul_(weights, grads, list(torch.unbind(-grad_scale)))

@@ -31,7 +31,7 @@ def test_bad_hyperparameter_is_named_with_its_value(cls, kwargs, argument, shown
     assert f"Received: {shown}" in str(info.value) or shown in str(info.value)
 
 
-@pytest.mark.parametrize("cls", [klb.LAMB])
+@pytest.mark.parametrize("cls", [klb.LAMB, klb.LAMBMixed])
 @pytest.mark.parametrize(
     "kwargs, argument, shown",
     [
@@ -63,11 +63,13 @@ def test_bad_lamb_argument_is_named_with_its_value(cls, kwargs, argument, shown)
         ({"initial_scale": 0.0}, "initial_scale"),
         ({"dynamic_growth_steps": 0}, "dynamic_growth_steps"),
         ({"dynamic_growth_steps": 2.5}, "dynamic_growth_steps"),
+        ({"loss_scale_factor": 8.0}, "loss_scale_factor"),
     ],
 )
-def test_bad_loss_scale_argument_is_named(kwargs, argument):
+@pytest.mark.parametrize("cls", [klb.LARSMixed, klb.LAMBMixed])
+def test_bad_loss_scale_argument_is_named(cls, kwargs, argument):
     with pytest.raises(ValueError, match=rf"`{argument}`.*Received: {argument}="):
-        klb.LARSMixed(0.1, **kwargs)
+        cls(0.1, **kwargs)
 
 
 @pytest.mark.parametrize(

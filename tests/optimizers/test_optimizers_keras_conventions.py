@@ -9,6 +9,8 @@ import keras_largebatch as klb
 OPTIMIZERS = {
     "LARS": (klb.LARS, "lars"),
     "LARSMixed": (klb.LARSMixed, "lars_mixed"),
+    "LAMB": (klb.LAMB, "lamb"),
+    "LAMBMixed": (klb.LAMBMixed, "lamb_mixed"),
 }
 
 
@@ -30,43 +32,53 @@ def test_default_names_are_unique_like_keras_sgd(cls, prefix):
     assert cls(0.1, name="chosen").name == "chosen"
 
 
-def test_lars_mixed_does_not_take_a_name_from_users_lars():
+def test_mixed_optimizers_take_no_name_from_users_optimizers():
     keras.backend.clear_session()
     klb.LARSMixed(0.1)
+    klb.LAMBMixed(0.1)
     assert klb.LARS(0.1).name == "lars"
+    assert klb.LAMB(0.1).name == "lamb"
+
+
+SLOTS = {  # ours: the Keras optimizer whose slot names they follow
+    "LARS": (lambda: klb.LARS(0.1), lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+    "LARSMixed": (lambda: klb.LARSMixed(0.1), lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+    "LAMB": (lambda: klb.LAMB(0.1), lambda: keras.optimizers.Lamb(0.1)),
+    "LAMBMixed": (lambda: klb.LAMBMixed(0.1), lambda: keras.optimizers.Lamb(0.1)),
+}
 
 
 @pytest.mark.parametrize("policy", ["float32", "float16"])
-@pytest.mark.parametrize("cls", [klb.LARS, klb.LARSMixed], ids=["LARS", "LARSMixed"])
-def test_slot_names_come_from_variable_paths(cls, policy):
+@pytest.mark.parametrize("make, make_keras", SLOTS.values(), ids=SLOTS)
+def test_slot_names_come_from_variable_paths(make, make_keras, policy):
     keras.config.set_dtype_policy(policy)
     model = two_dense_model()
-    optimizer = cls(0.1, momentum=0.9)
+    optimizer, reference = make(), make_keras()
     optimizer.build(model.trainable_variables)
+    reference.build(model.trainable_variables)
+    slot = ("_momentum", "_velocity")
     names = [v.name for v in optimizer.variables]
-    sgd = keras.optimizers.SGD(0.1, momentum=0.9)
-    sgd.build(model.trainable_variables)
-    expected = [v.name for v in sgd.variables if v.name.endswith("_momentum")]
-    assert expected == [
-        "sequential_first_kernel_momentum", "sequential_first_bias_momentum",
-        "sequential_second_kernel_momentum", "sequential_second_bias_momentum",
-    ]
-    momentums = [n for n in names if n.endswith("_momentum")]
-    assert momentums == expected
+    expected = [v.name for v in reference.variables if v.name.endswith(slot)]
+    assert "sequential_first_kernel_momentum" in expected
+    assert sorted(n for n in names if n.endswith(slot)) == sorted(expected)
     masters = [n for n in names if n.endswith("_master")]
-    if cls is klb.LARSMixed and policy == "float16":
-        assert masters == [n.replace("_momentum", "_master") for n in expected]
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) and policy == "float16":
+        assert masters == [
+            "sequential_first_kernel_master", "sequential_first_bias_master",
+            "sequential_second_kernel_master", "sequential_second_bias_master",
+        ]
     else:
         assert masters == []
 
 
-def test_lars_mixed_rejects_loss_scale_factor():
+@pytest.mark.parametrize("cls", [klb.LARSMixed, klb.LAMBMixed])
+def test_mixed_optimizers_reject_loss_scale_factor(cls):
     with pytest.raises(
         ValueError, match=r"`loss_scale_factor`.*Received: loss_scale_factor=128"
     ):
-        klb.LARSMixed(0.1, loss_scale_factor=128.0)
+        cls(0.1, loss_scale_factor=128.0)
     # The default (None) is accepted, so saved configs load back.
-    assert klb.LARSMixed(0.1, loss_scale_factor=None).inner_optimizer.loss_scale_factor is None
+    assert cls(0.1, loss_scale_factor=None).inner_optimizer.loss_scale_factor is None
 
 
 def test_lars_honours_loss_scale_factor_like_keras():
@@ -85,13 +97,16 @@ def test_lars_honours_loss_scale_factor_like_keras():
     )
 
 
-@pytest.mark.parametrize("cls", [klb.LARS, klb.LARSMixed], ids=["LARS", "LARSMixed"])
+@pytest.mark.parametrize("cls", [klb.LARS, klb.LARSMixed, klb.LAMB, klb.LAMBMixed],
+                         ids=["LARS", "LARSMixed", "LAMB", "LAMBMixed"])
 def test_second_build_returns_early(cls, apply_step):
     keras.config.set_dtype_policy("float16")
     model = two_dense_model()
     variables = model.trainable_variables
-    kwargs = {"initial_scale": 1.0} if cls is klb.LARSMixed else {}
-    optimizer = cls(0.1, momentum=0.9, eta=0.01, **kwargs)
+    kwargs = {"initial_scale": 1.0} if cls in (klb.LARSMixed, klb.LAMBMixed) else {}
+    if cls in (klb.LARS, klb.LARSMixed):
+        kwargs.update(momentum=0.9, eta=0.01)
+    optimizer = cls(0.1, **kwargs)
     optimizer.build(variables)
     before = list(optimizer.variables)
     optimizer.build(variables)
@@ -105,7 +120,8 @@ def test_second_build_returns_early(cls, apply_step):
     for v, w in zip(variables, start):
         assert not np.array_equal(keras.ops.convert_to_numpy(v).astype("float32"), w)
     masters = [v for v in optimizer.variables if v.name.endswith("_master")]
-    assert len(masters) == (len(variables) if cls is klb.LARSMixed else 0)
+    mixed = cls in (klb.LARSMixed, klb.LAMBMixed)
+    assert len(masters) == (len(variables) if mixed else 0)
     for m, v in zip(masters, variables):
         np.testing.assert_array_equal(
             keras.ops.convert_to_numpy(m).astype("float16"), keras.ops.convert_to_numpy(v)

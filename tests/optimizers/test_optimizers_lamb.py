@@ -250,3 +250,129 @@ def test_fused_torch_path_is_taken():
     finally:
         torch_lamb.update_step = original
     assert calls == [1]
+
+
+# LAMBMixed: the LARSMixed mechanism around LAMB.
+
+SCALE = 2.0**12
+
+
+def apply_scaled(optimizer, variables, grad_steps, apply_step, scale=SCALE):
+    for grads in grad_steps:
+        apply_step(optimizer, [g * np.float32(scale) for g in grads], variables)
+    return [keras.ops.convert_to_numpy(v) for v in variables]
+
+
+def test_lamb_mixed_applies_lamb_to_unscaled_gradients(apply_step):
+    model = build_model()
+    variables = model.trainable_variables
+    grad_steps = realistic_grads(variables, 4, seed=10)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    optimizer = klb.LAMBMixed(0.05, weight_decay=1e-2, initial_scale=SCALE)
+    actual = apply_scaled(optimizer, variables, grad_steps, apply_step)
+    expected = reference_lamb(initial, grad_steps, 0.05, 0.9, 0.999, 1e-6, 1e-2,
+                              KERNEL, KERNEL)
+    assert_matches(actual, expected, [v.path for v in variables])
+
+
+def test_lamb_mixed_overflow_skips_step_and_halves_scale(apply_step):
+    model = build_model()
+    variables = model.trainable_variables
+    grad_steps = realistic_grads(variables, 3, seed=11)
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    optimizer = klb.LAMBMixed(0.05, weight_decay=1e-2, initial_scale=SCALE)
+    apply_scaled(optimizer, variables, grad_steps[:1], apply_step)
+    state = [keras.ops.convert_to_numpy(v) for v in variables + optimizer.variables
+             if "scale" not in v.name and "step_counter" not in v.name]
+    bad = [g * np.float32(SCALE) for g in grad_steps[1]]
+    bad[3] = bad[3].copy()
+    bad[3][1] = np.inf
+    apply_step(optimizer, bad, variables)
+    after = [keras.ops.convert_to_numpy(v) for v in variables + optimizer.variables
+             if "scale" not in v.name and "step_counter" not in v.name]
+    for a, b in zip(after, state):
+        np.testing.assert_array_equal(a, b)
+    assert float(keras.ops.convert_to_numpy(optimizer.dynamic_scale)) == SCALE / 2
+    # The next finite step is LAMB's second step (t = 2 in the corrections).
+    actual = apply_scaled(optimizer, variables, grad_steps[2:], apply_step, SCALE / 2)
+    expected = reference_lamb(initial, [grad_steps[0], grad_steps[2]], 0.05, 0.9,
+                              0.999, 1e-6, 1e-2, KERNEL, KERNEL)
+    assert_matches(actual, expected, [v.path for v in variables])
+
+
+def test_lamb_mixed_keeps_float32_masters_of_float16_weights(apply_step):
+    keras.config.set_dtype_policy("float16")
+    model = build_model()
+    variables = model.trainable_variables
+    grad_steps = realistic_grads(variables, 3, seed=12)
+    grad_steps = [[g.astype("float16") for g in grads] for grads in grad_steps]
+    initial = [keras.ops.convert_to_numpy(v).astype("float32") for v in variables]
+    optimizer = klb.LAMBMixed(1e-3, weight_decay=1e-2, initial_scale=SCALE)
+    apply_scaled(optimizer, variables, grad_steps, apply_step)
+    masters = [v for v in optimizer.variables if v.name.endswith("_master")]
+    assert len(masters) == len(variables)
+    expected = reference_lamb(initial, grad_steps, 1e-3, 0.9, 0.999, 1e-6, 1e-2,
+                              KERNEL, KERNEL)
+    assert_matches([keras.ops.convert_to_numpy(m) for m in masters], expected,
+                   [v.path for v in variables], rtol=1e-4)
+    for m, v in zip(masters, variables):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(m).astype("float16"), keras.ops.convert_to_numpy(v))
+
+
+@pytest.mark.parametrize("cls, inner, kwargs", [
+    (klb.LAMBMixed, klb.LAMB, {"weight_decay": 1e-2}),
+    (klb.LARSMixed, klb.LARS, {"weight_decay": 1e-2, "eta": 0.02}),
+])
+def test_mixed_with_clipping_unscales_before_the_inner_rule(cls, inner, kwargs, apply_step):
+    # Clipping needs unscaled gradients: the unscaling is not folded here.
+    model = build_model()
+    variables = model.trainable_variables
+    grad_steps = realistic_grads(variables, 3, seed=13)
+    start = [keras.ops.convert_to_numpy(v) for v in variables]
+    actual = apply_scaled(cls(0.05, global_clipnorm=1e-3, initial_scale=SCALE, **kwargs),
+                          variables, grad_steps, apply_step)
+    plain = [keras.Variable(w) for w in start]
+    expected = run(inner(0.05, global_clipnorm=1e-3, **kwargs), plain, grad_steps)
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-7)
+    unclipped = run(inner(0.05, **kwargs), [keras.Variable(w) for w in start], grad_steps)
+    assert not np.allclose(unclipped[0], expected[0], rtol=1e-4)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch _foreach")
+@pytest.mark.parametrize("cls, kwargs", [
+    (klb.LAMBMixed, {"weight_decay": 1e-2}),
+    (klb.LARSMixed, {"weight_decay": 1e-2, "eta": 0.02, "nesterov": True}),
+    (klb.LARSMixed, {"weight_decay": 1e-2, "eta": 0.02, "momentum": 0.0}),
+])
+def test_fused_torch_mixed_path_equals_generic_path(cls, kwargs):
+    results = []
+    for fused in (True, False):
+        keras.utils.set_random_seed(7)
+        model = build_model()
+        variables = model.trainable_variables
+        optimizer = cls(0.05, initial_scale=SCALE, **kwargs)
+        optimizer.inner_optimizer.use_fused_path = fused
+        grads = realistic_grads(variables, 3, seed=14)
+        results.append(apply_scaled(optimizer, variables, grads, lambda o, g, v: o.apply(g, v)))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX only")
+@pytest.mark.parametrize("cls", [klb.LAMBMixed, klb.LARSMixed])
+def test_jitted_step_equals_eager_step_on_jax(cls, apply_step):
+    grad_steps = realistic_grads(build_model().trainable_variables, 3, seed=15)
+    grad_steps[1][0][0, 0] = np.inf
+    results = []
+    for eager in (True, False):
+        keras.utils.set_random_seed(3)
+        variables = build_model().trainable_variables
+        optimizer = cls(0.05, weight_decay=1e-2, initial_scale=SCALE)
+        step = (lambda o, g, v: o.apply(g, v)) if eager else apply_step
+        results.append(apply_scaled(optimizer, variables, grad_steps, step)
+                       + [float(keras.ops.convert_to_numpy(optimizer.dynamic_scale))])
+    assert results[0][-1] == results[1][-1] == SCALE / 2
+    for a, b in zip(results[0][:-1], results[1][:-1]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)

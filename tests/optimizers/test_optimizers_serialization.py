@@ -23,6 +23,7 @@ def constructor_arguments(cls):
         klb.LARS(0.1),
         klb.LARSMixed(0.1),
         klb.LAMB(1e-3),
+        klb.LAMBMixed(1e-3),
         klb.WarmupPolynomialDecay(1.0, 10, 100),
     ],
     ids=lambda x: type(x).__name__,
@@ -52,8 +53,14 @@ def test_config_covers_every_constructor_argument(instance):
             exclude_from_layer_adaptation=["^stem"], trust_clip=True,
             global_clipnorm=1.0,
         ),
+        lambda: klb.LAMBMixed(
+            2e-3, beta_1=0.85, beta_2=0.98, epsilon=1e-7, weight_decay=1e-3,
+            exclude_from_weight_decay=["a"], exclude_from_layer_adaptation=["b"],
+            trust_clip=True, initial_scale=256.0, dynamic_growth_steps=9,
+            clipnorm=1.0,
+        ),
     ],
-    ids=["LARS", "LARSMixed", "LAMB"],
+    ids=["LARS", "LARSMixed", "LAMB", "LAMBMixed"],
 )
 def test_serialize_round_trip_keeps_type_and_config(make):
     optimizer = make()
