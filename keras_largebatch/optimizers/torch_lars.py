@@ -1,7 +1,8 @@
 """The LARS update for the torch backend with `torch._foreach_*` ops.
 
 Same arithmetic as `LARS.update_step`, batched over all float32 variables:
-norms by `_foreach_norm`, the trust ratios as one vector, and every update
+one norm per tensor, the trust ratios as one vector, `1 / loss_scale` (from
+the mixed optimizers) folded into the per-variable scales, and every update
 in place (out-of-place `_foreach_*` ops allocate the model's size again each
 step, which alone costs about as much as SGD). Variables of other dtypes go
 through the per-variable path.
@@ -11,21 +12,12 @@ import keras
 import torch
 
 from keras_largebatch.optimizers import lars as lars_module
+from keras_largebatch.optimizers import torch_foreach
 
 
 @torch.no_grad()
 def update_step(optimizer, grads, variables, learning_rate):
-    fused, others = [], []
-    for g, v in zip(grads, variables):
-        if g is not None and not torch.is_tensor(g):
-            g = keras.ops.convert_to_tensor(g)
-        flag = optimizer._lars_flags[optimizer._var_key(v)]
-        dense = g is not None and not g.is_sparse
-        float32 = v.dtype == "float32" and g.dtype == torch.float32
-        if dense and float32 and flag[0]:
-            fused.append((g, v, flag))
-        else:
-            others.append((g, v))
+    fused, others = torch_foreach.split(optimizer, grads, variables)
     for g, v in others:
         lars_module.LARS.update_step(optimizer, g, v, learning_rate)
     if not fused:
@@ -41,7 +33,11 @@ def update_step(optimizer, grads, variables, learning_rate):
     adapted = torch.tensor([a for _, _, a in flags], device=device)
     lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
-    w_norm, g_norm = _norms(weights), _norms(grads)
+    w_norm, g_norm = torch_foreach.norms(weights), torch_foreach.norms(grads)
+    inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
+    if inverse is not None:
+        inverse = keras.ops.convert_to_tensor(inverse).to(device)
+        g_norm = g_norm * inverse
     valid = adapted & (w_norm > 0) & (g_norm > 0)
     denominator = g_norm + decay * w_norm + optimizer.epsilon
     trust = torch.where(
@@ -50,7 +46,7 @@ def update_step(optimizer, grads, variables, learning_rate):
         1.0,
     )
     scale = lr * trust  # per variable: lr * trust
-    scales = list(torch.unbind(scale))
+    grad_scale = scale if inverse is None else scale * inverse
     decayed = [i for i, d in enumerate(decay_list) if d > 0]
 
     if optimizer.momentum:
@@ -61,7 +57,7 @@ def update_step(optimizer, grads, variables, learning_rate):
         ]
         # v = momentum * v + scale * (g + wd * w)
         torch._foreach_mul_(bufs, momentum)
-        torch._foreach_addcmul_(bufs, grads, scales)
+        torch._foreach_addcmul_(bufs, grads, list(torch.unbind(grad_scale)))
         if decayed:
             decay_scales = torch.unbind(scale * decay)
             torch._foreach_addcmul_(
@@ -71,37 +67,20 @@ def update_step(optimizer, grads, variables, learning_rate):
             )
         if optimizer.nesterov:
             # w = w - momentum * v - scale * (g + wd * w)
-            _descend(weights, grads, scale, decay, decayed)
+            _descend(weights, grads, scale, grad_scale, decay, decayed)
             torch._foreach_add_(weights, bufs, alpha=-momentum)
         else:
             torch._foreach_sub_(weights, bufs)
     else:
-        _descend(weights, grads, scale, decay, decayed)
+        _descend(weights, grads, scale, grad_scale, decay, decayed)
 
 
-def _descend(weights, grads, scale, decay, decayed):
-    """w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g."""
+def _descend(weights, grads, scale, grad_scale, decay, decayed):
+    """w = w - scale * (g + wd * w) = (1 - scale * wd) * w - scale * g,
+    with `grad_scale` = scale (times 1 / loss_scale under loss scaling)."""
     if decayed:
         shrink = torch.unbind(1.0 - scale * decay)
         torch._foreach_mul_(
             [weights[i] for i in decayed], [shrink[i] for i in decayed]
         )
-    torch._foreach_addcmul_(weights, grads, list(torch.unbind(-scale)))
-
-
-def _norms(tensors):
-    if tensors[0].is_cuda:
-        return torch.stack(torch._foreach_norm(tensors))
-    # On CPU a BLAS dot per tensor reads it once, twice as fast here as
-    # `_foreach_norm`, which is a loop of `vector_norm` calls on CPU.
-    return torch.stack([torch.dot(t.view(-1), t.view(-1)) for t in tensors]).sqrt()
-
-
-@torch.no_grad()
-def all_finite(grads):
-    """One max-abs reduction per tensor (NaN propagates), no bool copies."""
-    tensors = [keras.ops.convert_to_tensor(g) for g in grads if g is not None]
-    if not tensors:
-        return torch.tensor(True)
-    peaks = torch._foreach_norm(tensors, float("inf"))
-    return torch.isfinite(torch.stack(peaks)).all()
+    torch._foreach_addcmul_(weights, grads, list(torch.unbind(-grad_scale)))

@@ -31,17 +31,45 @@ def test_bad_hyperparameter_is_named_with_its_value(cls, kwargs, argument, shown
     assert f"Received: {shown}" in str(info.value) or shown in str(info.value)
 
 
+@pytest.mark.parametrize("cls", [klb.LAMB, klb.LAMBMixed])
+@pytest.mark.parametrize(
+    "kwargs, argument, shown",
+    [
+        ({"learning_rate": 0.0}, "learning_rate", "learning_rate=0.0"),
+        ({"learning_rate": -1e-3}, "learning_rate", "learning_rate=-0.001"),
+        ({"beta_1": 1.0}, "beta_1", "beta_1=1.0"),
+        ({"beta_1": -0.1}, "beta_1", "beta_1=-0.1"),
+        ({"beta_2": 1.0}, "beta_2", "beta_2=1.0"),
+        ({"beta_2": "0.99"}, "beta_2", "beta_2=0.99"),
+        ({"epsilon": 0.0}, "epsilon", "epsilon=0.0"),
+        ({"weight_decay": -1e-4}, "weight_decay", "weight_decay=-0.0001"),
+        ({"trust_clip": 1}, "trust_clip", "trust_clip=1"),
+        ({"exclude_from_weight_decay": "bias"}, "exclude_from_weight_decay",
+         "exclude_from_weight_decay='bias'"),
+        ({"exclude_from_layer_adaptation": [3]}, "exclude_from_layer_adaptation",
+         "exclude_from_layer_adaptation=[3]"),
+    ],
+)
+def test_bad_lamb_argument_is_named_with_its_value(cls, kwargs, argument, shown):
+    kwargs = {"learning_rate": 1e-3, **kwargs}
+    with pytest.raises(ValueError, match=rf"`{argument}`") as info:
+        cls(**kwargs)
+    assert f"Received: {shown}" in str(info.value)
+
+
 @pytest.mark.parametrize(
     "kwargs, argument",
     [
         ({"initial_scale": 0.0}, "initial_scale"),
         ({"dynamic_growth_steps": 0}, "dynamic_growth_steps"),
         ({"dynamic_growth_steps": 2.5}, "dynamic_growth_steps"),
+        ({"loss_scale_factor": 8.0}, "loss_scale_factor"),
     ],
 )
-def test_bad_loss_scale_argument_is_named(kwargs, argument):
+@pytest.mark.parametrize("cls", [klb.LARSMixed, klb.LAMBMixed])
+def test_bad_loss_scale_argument_is_named(cls, kwargs, argument):
     with pytest.raises(ValueError, match=rf"`{argument}`.*Received: {argument}="):
-        klb.LARSMixed(0.1, **kwargs)
+        cls(0.1, **kwargs)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,80 @@
+from keras_largebatch.api_export import keras_largebatch_export
+from keras_largebatch.optimizers import mixed
+from keras_largebatch.optimizers.lamb import LAMB
+
+
+@keras_largebatch_export("keras_largebatch.LAMBMixed")
+class LAMBMixed(mixed.MixedOptimizer):
+    """LAMB with dynamic loss scaling and float32 master weights.
+
+    The mechanism of `LARSMixed` around the `LAMB` rule: each step
+
+    ```python
+    g = all_reduce_sum(g)                 # tf.distribute: still loss-scaled
+    if not all_finite(g):                 # skip: nothing is written
+        loss_scale /= 2
+    else:
+        g = float32(g) / loss_scale       # folded into the moments' update
+        master = LAMB(master, g)          # the LAMB rule, in float32
+        w = cast(master, w.dtype)         # float16 / bfloat16 variables
+    ```
+
+    Under `mixed_float16` the model's variables are float32 and are their
+    own masters; under `float16` each float16 variable gets a float32
+    master in this optimizer's state, re-synchronised if the variable is set
+    from outside. A subclass of `keras.optimizers.LossScaleOptimizer`:
+    `model.compile` keeps it under `mixed_float16` and Keras' trainers scale
+    the loss. The loss scale doubles after `dynamic_growth_steps` finite
+    steps. Under `tf.distribute`, the loss-scaled gradients are summed
+    first, then every replica unscales and checks the same sum.
+
+    Args:
+        learning_rate, beta_1, beta_2, epsilon, weight_decay,
+        exclude_from_weight_decay, exclude_from_layer_adaptation,
+        trust_clip: As `LAMB`.
+        initial_scale: Float > 0, the initial loss scale. Defaults to `2**15`.
+        dynamic_growth_steps: Int >= 1. Defaults to `2000`.
+        name: The optimizer's name. Defaults to `None`: a unique name from
+            the class, `"lamb_mixed"`, `"lamb_mixed_1"`, ...
+        **kwargs: Other arguments of the inner `LAMB` (`clipnorm`,
+            `global_clipnorm`, `gradient_accumulation_steps`, ...), except
+            `loss_scale_factor`, which raises a `ValueError`.
+
+    References:
+        - You et al., 2019, arXiv:1904.00962.
+        - Micikevicius et al., 2018, "Mixed Precision Training",
+          arXiv:1710.03740.
+    """
+
+    def __init__(
+        self,
+        learning_rate,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        weight_decay=0.0,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        trust_clip=False,
+        initial_scale=2.0**15,
+        dynamic_growth_steps=2000,
+        name=None,
+        **kwargs,
+    ):
+        super().__init__(
+            LAMB,
+            dict(
+                learning_rate=learning_rate,
+                beta_1=beta_1,
+                beta_2=beta_2,
+                epsilon=epsilon,
+                weight_decay=weight_decay,
+                exclude_from_weight_decay=exclude_from_weight_decay,
+                exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+                trust_clip=trust_clip,
+                **kwargs,
+            ),
+            initial_scale,
+            dynamic_growth_steps,
+            name,
+        )

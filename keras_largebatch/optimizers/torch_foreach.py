@@ -1,0 +1,56 @@
+"""What the fused torch paths (`torch_lars`, `torch_lamb`) share: which
+variables go through `torch._foreach_*`, the norms, the finiteness check."""
+
+import keras
+import torch
+
+
+def split(optimizer, grads, variables):
+    """Returns `(fused, others)`: `fused` holds `(g, v, flags)` for dense
+    float32 gradients of updatable float32 variables, `others` the `(g, v)`
+    left to the per-variable `update_step`."""
+    fused, others = [], []
+    for g, v in zip(grads, variables):
+        if g is not None and not torch.is_tensor(g):
+            g = keras.ops.convert_to_tensor(g)
+        flags = optimizer.flags(v)
+        dense = g is not None and not g.is_sparse
+        float32 = v.dtype == "float32" and g is not None and g.dtype == torch.float32
+        if dense and float32 and flags[0]:
+            fused.append((g, v, flags))
+        else:
+            others.append((g, v))
+    return fused, others
+
+
+def norms(tensors):
+    """The L2 norm of each tensor, as one float32 vector."""
+    if tensors[0].is_cuda:
+        return torch.stack(torch._foreach_norm(tensors))
+    # On CPU a BLAS dot per tensor reads it once, twice as fast here as
+    # `_foreach_norm`, which is a loop of `vector_norm` calls on CPU.
+    return torch.stack([torch.dot(t.view(-1), t.view(-1)) for t in tensors]).sqrt()
+
+
+@torch.no_grad()
+def all_finite(grads):
+    """One max-abs reduction per tensor (NaN propagates), no bool copies."""
+    tensors = [keras.ops.convert_to_tensor(g) for g in grads if g is not None]
+    if not tensors:
+        return torch.tensor(True)
+    peaks = torch._foreach_norm(tensors, float("inf"))
+    return torch.isfinite(torch.stack(peaks)).all()
+
+
+@torch.no_grad()
+def unscale_and_check(grads, inverse):
+    """Multiplies the float32 `grads` by `inverse` in place and returns
+    whether all are finite: one pass, the kernel `torch.amp.GradScaler`
+    uses."""
+    tensors = [g for g in grads if g is not None]
+    if not tensors:
+        return torch.tensor(True)
+    found_inf = torch.zeros(1, device=tensors[0].device)
+    inverse = torch.as_tensor(inverse, dtype=torch.float32).reshape(1).to(found_inf.device)
+    torch._amp_foreach_non_finite_check_and_unscale_(tensors, found_inf, inverse)
+    return found_inf[0] == 0

@@ -1,0 +1,70 @@
+"""The LAMB update for the torch backend with `torch._foreach_*` ops.
+
+Same arithmetic as `LAMB.update_step`, batched over all float32 variables,
+in place except for one buffer the size of the model that holds `r`:
+
+    m = beta_1 * m + (1 - beta_1) * g;  v = beta_2 * v + (1 - beta_2) * g**2
+                                 (g times 1 / loss_scale under loss scaling)
+    r = m / (sqrt(v) * c1 / sqrt(c2) + epsilon * c1)   # = m_hat / (sqrt(v_hat) + eps)
+    r += wd * w                  (decayed variables)
+    w -= lr * trust * r          (trust from the two norm vectors)
+
+with `c1, c2 = 1 - beta_1**t, 1 - beta_2**t`. Variables of other dtypes go
+through the per-variable path.
+"""
+
+import keras
+import torch
+
+from keras_largebatch.optimizers import lamb as lamb_module
+from keras_largebatch.optimizers import torch_foreach
+
+
+@torch.no_grad()
+def update_step(optimizer, grads, variables, learning_rate):
+    fused, others = torch_foreach.split(optimizer, grads, variables)
+    for g, v in others:
+        lamb_module.LAMB.update_step(optimizer, g, v, learning_rate)
+    if not fused:
+        return
+    grads = [g for g, _, _ in fused]
+    keras_vars = [v for _, v, _ in fused]
+    weights = [v.value for v in keras_vars]
+    indices = [optimizer._get_variable_index(v) for v in keras_vars]
+    ms = [optimizer.momentums[i].value for i in indices]
+    vs = [optimizer.velocities[i].value for i in indices]
+    device = weights[0].device
+    lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
+    c1, c2 = (
+        keras.ops.convert_to_tensor(c).to(device)
+        for c in optimizer.bias_corrections()
+    )
+
+    inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
+    inverse = 1.0 if inverse is None else float(inverse)
+    torch._foreach_mul_(ms, optimizer.beta_1)
+    torch._foreach_add_(ms, grads, alpha=(1.0 - optimizer.beta_1) * inverse)
+    torch._foreach_mul_(vs, optimizer.beta_2)
+    torch._foreach_addcmul_(
+        vs, grads, grads, value=(1.0 - optimizer.beta_2) * inverse**2
+    )
+    r = torch._foreach_sqrt(vs)
+    torch._foreach_mul_(r, c1 / c2.sqrt())
+    torch._foreach_add_(r, optimizer.epsilon * c1)
+    torch._foreach_reciprocal_(r)
+    torch._foreach_mul_(r, ms)
+
+    decayed = [i for i, (_, _, (_, d, _)) in enumerate(fused) if d]
+    if decayed:
+        torch._foreach_add_(
+            [r[i] for i in decayed],
+            [weights[i] for i in decayed],
+            alpha=optimizer.weight_decay,
+        )
+    adapted = torch.tensor([a for _, _, (_, _, a) in fused], device=device)
+    w_norm, r_norm = torch_foreach.norms(weights), torch_foreach.norms(r)
+    valid = adapted & (w_norm > 0) & (r_norm > 0)
+    trust = torch.where(valid, w_norm / torch.where(valid, r_norm, 1.0), 1.0)
+    if optimizer.trust_clip:
+        trust = trust.clamp(max=1.0)
+    torch._foreach_addcmul_(weights, r, list(torch.unbind(-lr * trust)))
