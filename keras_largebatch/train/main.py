@@ -125,12 +125,7 @@ def prepare(FLAGS):
         spec, FLAGS.global_batch_size, augmenter, FLAGS.seed, drop)
     per_epoch = (spec.num_train // FLAGS.global_batch_size if drop
                  else math.ceil(spec.num_train / FLAGS.global_batch_size))
-    if per_epoch < 1:
-        raise ValueError(
-            f"`global_batch_size` is larger than the {spec.num_train} "
-            f"training images. Received: "
-            f"global_batch_size={FLAGS.global_batch_size}"
-        )
+    _check_sizes(FLAGS, spec, drop)
     job.steps_per_epoch = None
     if FLAGS.steps_per_epoch:
         job.steps_per_epoch = FLAGS.steps_per_epoch
@@ -172,6 +167,7 @@ def train(job, start):
                            job.run_config)
     throughput = outputs.Throughput(F["global_batch_size"])
     callbacks = [
+        throughput,  # First: adds images_per_sec to the logs the rest see.
         keras.callbacks.BackupAndRestore(
             os.path.join(out_dir, "backup"), delete_checkpoint=False),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
@@ -179,7 +175,6 @@ def train(job, start):
         keras.callbacks.ModelCheckpoint(
             os.path.join(out_dir, "checkpoints", "epoch_{epoch:03d}.weights.h5"),
             save_weights_only=True),
-        throughput,
     ]
     history = job.model.fit(
         job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
@@ -193,7 +188,8 @@ def train(job, start):
     outputs.save_weights_atomic(
         job.model, os.path.join(out_dir, "checkpoints", "final.weights.h5"))
     summary_path = os.path.join(out_dir, "summary.json")
-    images_per_sec = throughput.images_per_sec(job.spec.num_train)
+    images_per_sec = throughput.images_per_sec()
+    images_timed, seconds_timed = throughput.timed()
     previous = {}
     if job.resuming and os.path.exists(summary_path):
         with open(summary_path) as f:
@@ -209,6 +205,9 @@ def train(job, start):
         "epochs_run_now": epochs_run,
         "val_accuracy": val_accuracy,
         "images_per_sec": images_per_sec,
+        # What images_per_sec divides (epochs after the first, this process).
+        "images_timed": images_timed,
+        "train_seconds_timed": seconds_timed,
         # Over every invocation on this model_dir (resumed runs add up).
         "wall_seconds": previous.get("wall_seconds", 0.0) + wall_now,
         "wall_seconds_now": wall_now,
@@ -246,6 +245,34 @@ def _flag_names():
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
     ]
+
+
+def _check_sizes(FLAGS, spec, drop_remainder):
+    """Refuses a batch the data cannot fill and a warmup the run never ends.
+
+    The learning rate is scaled for `global_batch_size`, so a batch larger
+    than the training set would train on smaller batches at a rate scaled
+    for the larger one.
+    """
+    batch = FLAGS.global_batch_size
+    if batch > spec.num_train:
+        raise ValueError(
+            f"`global_batch_size` is larger than the {spec.num_train} "
+            f"training images. Received: global_batch_size={batch}")
+    if FLAGS.warmup_epochs >= FLAGS.epochs:
+        raise ValueError(
+            f"`warmup_epochs` must be less than `epochs` ({FLAGS.epochs}): "
+            f"the warmup would never end. "
+            f"Received: warmup_epochs={FLAGS.warmup_epochs}")
+    val_batches = (spec.num_validation // batch if drop_remainder
+                   else math.ceil(spec.num_validation / batch))
+    if val_batches < 1:
+        why = (" (batches are full: several replicas drop the remainder)"
+               if drop_remainder else "")
+        raise ValueError(
+            f"The validation set ({spec.num_validation} images) has no "
+            f"batch of `global_batch_size`{why}. "
+            f"Received: global_batch_size={batch}")
 
 
 def _check(condition, name, expected):

@@ -132,9 +132,16 @@ def plot_learning_curves(history, path, title=""):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Images per second over the epochs after the first (no compile time).
+    """Images per second: the images the training steps processed.
 
-    With a single epoch in this process, that epoch is used.
+        images_per_sec = sum(steps_e * global_batch_size) / sum(seconds_e)
+
+    over the epochs after the first (which holds the compilation), each
+    timed from its start to its last training step (validation is not
+    counted). With one epoch in this process, that epoch is used. Every
+    step counts a full global batch, also when `--steps_per_epoch` repeats
+    the data. Each epoch's rate goes into the logs as `images_per_sec`
+    (CSV and TensorBoard).
     """
 
     def __init__(self, global_batch_size):
@@ -145,6 +152,7 @@ class Throughput(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
+        self._last = self._start
         self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
@@ -152,17 +160,19 @@ class Throughput(keras.callbacks.Callback):
         self._last = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        # Up to the last training step: validation is not counted.
-        self.epoch_times.append(getattr(self, "_last", self._start)
-                                - self._start)
+        seconds = self._last - self._start
+        self.epoch_times.append(seconds)
         self.epoch_steps.append(self._steps)
+        if logs is not None and seconds > 0:
+            logs["images_per_sec"] = (
+                self._steps * self.global_batch_size / seconds)
 
-    def images_per_sec(self, num_train):
-        if not self.epoch_times:
-            return None
+    def timed(self):
+        """(images, seconds) over the epochs the rate is computed from."""
         skip = 1 if len(self.epoch_times) > 1 else 0
-        seconds = sum(self.epoch_times[skip:])
         steps = sum(self.epoch_steps[skip:])
-        images = min(steps * self.global_batch_size,
-                     num_train * len(self.epoch_times[skip:]))
+        return steps * self.global_batch_size, sum(self.epoch_times[skip:])
+
+    def images_per_sec(self):
+        images, seconds = self.timed()
         return images / seconds if seconds > 0 else None
