@@ -143,6 +143,15 @@ def prepare(FLAGS):
         lr = recipe.schedule(job.peak_lr, per_epoch, FLAGS.epochs,
                              FLAGS.warmup_epochs, FLAGS.end_learning_rate,
                              FLAGS.poly_power)
+        if job.resuming and job.resuming.raised:
+            from keras_largebatch.train import resume
+
+            before = recipe.schedule(
+                job.peak_lr, per_epoch, job.resuming.epochs_before,
+                FLAGS.warmup_epochs, FLAGS.end_learning_rate,
+                FLAGS.poly_power)
+            job.raise_message = resume.raise_message(
+                job.resuming, before, lr, per_epoch)
         optimizer = recipe.build_optimizer(
             FLAGS.optimizer, lr, model, FLAGS.momentum, FLAGS.eta,
             FLAGS.weight_decay)
@@ -162,9 +171,14 @@ def train(job, start):
     out_dir = job.model_dir if job.chief else os.path.join(
         job.model_dir, f"worker_{job.task}")
     os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
-    if job.chief:
+    if job.chief and not job.resuming:
         outputs.write_json(os.path.join(out_dir, "run_config.json"),
                            job.run_config)
+    if job.chief and job.resuming and job.resuming.raised:
+        from keras_largebatch.train import resume
+
+        print(f"{PROG}: {job.raise_message}")
+        resume.record_raise(out_dir, job.resuming, job.raise_message)
     throughput = outputs.Throughput(F["global_batch_size"])
     callbacks = [
         throughput,  # First: adds images_per_sec to the logs the rest see.

@@ -4,7 +4,8 @@
                             val_accuracy, images_per_sec, wall_seconds, ...
     learning_curves.png     loss and accuracy per epoch (train, validation)
     history.csv             one row per epoch, kept across resumed runs
-    run_config.json         the flags of the run (checked when resuming)
+    run_config.json         the flags of the first run (checked when resuming)
+    epochs_raised.json      each later raise of --epochs (see resume.py)
     checkpoints/epoch_NNN.weights.h5, final.weights.h5
     backup/                 keras.callbacks.BackupAndRestore state (resume)
 
@@ -21,17 +22,16 @@ import time
 
 import keras
 
-# Flags that must agree with an existing run for it to be resumed.
-RESUME_KEYS = ("model", "dataset", "data_dir", "image_size",
-               "global_batch_size", "optimizer", "num_classes")
-
-
 class OutputError(ValueError):
     """Bad `model_dir` (the command reports it on one line, exit code 2)."""
 
 
 def check_model_dir(model_dir, run_config):
-    """Validates `model_dir` without writing; returns True when resuming."""
+    """Validates `model_dir` without writing.
+
+    Returns a `resume.Resume` when `model_dir` holds a run to resume (every
+    flag checked against it), else None.
+    """
     if not model_dir:
         raise OutputError(
             f"`model_dir` is required. Received: model_dir={model_dir!r}")
@@ -50,19 +50,9 @@ def check_model_dir(model_dir, run_config):
             f"`model_dir` lies under {ancestor!r}, which is not a directory. "
             f"Received: model_dir={model_dir!r}"
         )
-    config_path = os.path.join(model_dir, "run_config.json")
-    if not os.path.exists(config_path):
-        return False
-    with open(config_path) as f:
-        previous = json.load(f)
-    for key in RESUME_KEYS:
-        if previous.get(key) != run_config.get(key):
-            raise OutputError(
-                f"`model_dir` holds a run with {key}={previous.get(key)!r}; "
-                f"it cannot be resumed with {key}={run_config.get(key)!r}. "
-                f"Use another --model_dir. Received: model_dir={model_dir!r}"
-            )
-    return True
+    from keras_largebatch.train import resume
+
+    return resume.check(model_dir, run_config)
 
 
 def write_atomic(path, text):

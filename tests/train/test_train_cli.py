@@ -83,7 +83,7 @@ BAD_INPUTS = {
     "resume_with_another_model": (
         lambda t: ["--model=resnet50", "--image_size=32",
                    "--dataset=synthetic", "--num_classes=10"],
-        "cannot be resumed"),
+        "differs from the run"),
 }
 
 

@@ -86,3 +86,69 @@ def test_summary_counts_every_step_of_repeated_data(small, tmp_path):
     seconds = summary["train_seconds_timed"]
     assert 0 < seconds < summary["wall_seconds_now"]
     assert summary["images_per_sec"] == pytest.approx(1024 / seconds)
+
+
+CHANGED_FLAGS = [
+    # (flag as given, the run's value as the error echoes it)
+    ("--base_learning_rate=1.5", "base_learning_rate=0.0"),
+    ("--base_batch_size=128", "base_batch_size=256"),
+    ("--lr_scaling=sqrt", "lr_scaling='linear'"),
+    ("--warmup_epochs=0.5", "warmup_epochs=0.0"),
+    ("--end_learning_rate=0.001", "end_learning_rate=0.0001"),
+    ("--poly_power=1", "poly_power=2.0"),
+    ("--steps_per_epoch=3", "steps_per_epoch=2"),
+    ("--momentum=0.8", "momentum=0.9"),
+    ("--eta=0.002", "eta=0.001"),
+    ("--weight_decay=0.0001", "weight_decay=0.0005"),
+    ("--precision=mixed_bfloat16", "precision='auto'"),
+    ("--label_smoothing=0.1", "label_smoothing=0.0"),
+    ("--bn_momentum=0.99", "bn_momentum=0.9"),
+    ("--seed=1", "seed=0"),
+    ("--optimizer=sgd", "optimizer='lars_mixed'"),
+    ("--global_batch_size=16", "global_batch_size=8"),
+    ("--augment=crop_flip", "augment='none'"),
+    ("--epochs=1", "epochs=2"),
+]
+
+
+def test_resume_refuses_each_changed_flag_naming_both_values(
+        small, tmp_path, capsys):
+    model_dir = tmp_path / "run"
+    assert _run(*TINY, "--epochs=2", f"--model_dir={model_dir}") == 0
+    before = {name: (model_dir / name).read_bytes()
+              for name in ("run_config.json", "summary.json")}
+    for flag, old in CHANGED_FLAGS:
+        capsys.readouterr()
+        assert _run(*TINY, "--epochs=2", flag,
+                    f"--model_dir={model_dir}") == 2, flag
+        err = capsys.readouterr().err.strip()
+        name, new = flag[2:].split("=")
+        assert "\n" not in err
+        assert f"`{name}`" in err and old in err and new in err, err
+    assert {name: (model_dir / name).read_bytes() for name in before} \
+        == before
+    # Output flags may change.
+    assert _run(*TINY, "--epochs=2", "--verbose=2", "--check_images=false",
+                f"--model_dir={model_dir}") == 0
+
+
+def test_raising_epochs_trains_on_and_says_how_the_schedule_stretches(
+        small, tmp_path, capsys):
+    model_dir = tmp_path / "run"
+    args = [*TINY, "--warmup_epochs=0.5", f"--model_dir={model_dir}"]
+    assert _run(*args, "--epochs=2") == 0
+    config = (model_dir / "run_config.json").read_text()
+    capsys.readouterr()
+    assert _run(*args, "--epochs=4") == 0
+    out = capsys.readouterr().out
+    assert "--epochs raised from 2 to 4" in out
+    assert "stretched to end at epoch 4 (step 8 instead of 4)" in out
+    assert (model_dir / "run_config.json").read_text() == config
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["epochs_run_now"] == 2
+    raised = json.loads((model_dir / "epochs_raised.json").read_text())
+    assert [(r["from_epochs"], r["epochs"], r["at_epoch"])
+            for r in raised] == [(2, 4, 2)]
+    # The raise is the new reference: going back to 3 is refused.
+    assert _run(*args, "--epochs=3") == 2
+    assert "epochs=3" in capsys.readouterr().err
