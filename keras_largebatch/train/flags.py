@@ -87,6 +87,11 @@ def define_flags():
         "for photos.",
     )
     flags.DEFINE_string("model_dir", None, "Outputs and checkpoints.")
+    flags.DEFINE_integer(
+        "keep_checkpoints", 2,
+        "Epoch checkpoints (weights only) kept in model_dir/checkpoints, "
+        "newest first; the final weights and final.keras are always "
+        "written.")
     flags.DEFINE_string(
         "init_weights", None,
         "A .weights.h5 of the same architecture; the classifier is skipped "

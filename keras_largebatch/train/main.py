@@ -92,6 +92,7 @@ def prepare(FLAGS):
     _check(0 <= FLAGS.label_smoothing < 1, "label_smoothing", "in [0, 1)")
     _check(0 <= FLAGS.bn_momentum < 1, "bn_momentum", "in [0, 1)")
     _check(FLAGS.num_classes >= 0, "num_classes", ">= 0")
+    _check(FLAGS.keep_checkpoints >= 0, "keep_checkpoints", ">= 0")
     if FLAGS.init_weights and not os.path.isfile(FLAGS.init_weights):
         raise ValueError(
             "`init_weights` is not a file. Received: "
@@ -117,6 +118,7 @@ def prepare(FLAGS):
     job.run_config = dict(job.flags, image_size=size,
                           num_classes=spec.num_classes)
     job.resuming = outputs.check_model_dir(FLAGS.model_dir, job.run_config)
+    job.initial_epoch = job.resuming.finished_epochs if job.resuming else 0
 
     policy = augment.policy_for(FLAGS.augment, FLAGS.dataset)
     augmenter = augment.build(policy, size, FLAGS.seed)
@@ -165,6 +167,7 @@ def train(job, start):
     """Creates `model_dir`, fits (resuming), evaluates and writes outputs."""
     import keras
 
+    from keras_largebatch.train import checkpoints
     from keras_largebatch.train import outputs
 
     F = job.flags
@@ -186,9 +189,8 @@ def train(job, start):
             os.path.join(out_dir, "backup"), delete_checkpoint=False),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(out_dir, "checkpoints", "epoch_{epoch:03d}.weights.h5"),
-            save_weights_only=True),
+        checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
+                                     F["keep_checkpoints"]),
     ]
     history = job.model.fit(
         job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
@@ -199,8 +201,9 @@ def train(job, start):
     val_accuracy = float(
         job.model.evaluate(job.val_ds, verbose=0, return_dict=True)[
             "accuracy"])
-    outputs.save_weights_atomic(
-        job.model, os.path.join(out_dir, "checkpoints", "final.weights.h5"))
+    checkpoints.save_final(
+        job.model, os.path.join(out_dir, "checkpoints"), out_dir,
+        job.initial_epoch + epochs_run)
     summary_path = os.path.join(out_dir, "summary.json")
     images_per_sec = throughput.images_per_sec()
     images_timed, seconds_timed = throughput.timed()
@@ -258,6 +261,7 @@ def _flag_names():
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
+        "keep_checkpoints",
     ]
 
 

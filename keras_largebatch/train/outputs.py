@@ -6,7 +6,8 @@
     history.csv             one row per epoch, kept across resumed runs
     run_config.json         the flags of the first run (checked when resuming)
     epochs_raised.json      each later raise of --epochs (see resume.py)
-    checkpoints/epoch_NNN.weights.h5, final.weights.h5
+    checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
+                            (see checkpoints.py)
     backup/                 keras.callbacks.BackupAndRestore state (resume)
 
 Nothing is written before every input has been checked; each file is
@@ -70,13 +71,6 @@ def write_atomic(path, text):
 
 def write_json(path, obj):
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def save_weights_atomic(model, path):
-    tmp = os.path.join(os.path.dirname(path),
-                       f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    model.save_weights(tmp)
-    os.replace(tmp, path)
 
 
 def read_history(csv_path):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import zipfile
 
 import keras
 import pytest
@@ -152,3 +153,50 @@ def test_raising_epochs_trains_on_and_says_how_the_schedule_stretches(
     # The raise is the new reference: going back to 3 is refused.
     assert _run(*args, "--epochs=3") == 2
     assert "epochs=3" in capsys.readouterr().err
+
+
+def _floats(path, group=None):
+    import h5py
+
+    sizes = []
+    with h5py.File(path, "r") as f:
+        root = f[group] if group else f
+        root.visititems(lambda name, obj: sizes.append(obj.size)
+                        if isinstance(obj, h5py.Dataset) else None)
+    return sum(sizes)
+
+
+def test_checkpoints_keep_two_epochs_and_hold_each_variable_once(
+        small, tmp_path):
+    model_dir = tmp_path / "run"
+    assert _run(*TINY, "--epochs=3", f"--model_dir={model_dir}") == 0
+    folder = model_dir / "checkpoints"
+    assert sorted(os.listdir(folder)) == [
+        "epoch_002.weights.h5", "epoch_003.weights.h5", "final.weights.h5"]
+    model = keras.saving.load_model(model_dir / "final.keras")
+    assert getattr(model, "optimizer", None) is None
+    weights = sum(int(w.numpy().size) for w in model.weights)
+    with zipfile.ZipFile(model_dir / "final.keras") as archive:
+        archive.extract("model.weights.h5", tmp_path)
+    assert _floats(tmp_path / "model.weights.h5") == weights
+    for name in os.listdir(folder):
+        assert _floats(folder / name) == weights, name
+    # The final weights are the last epoch's file, not a fourth copy.
+    assert os.path.samefile(folder / "final.weights.h5",
+                            folder / "epoch_003.weights.h5")
+    # The backup: the weights, the optimizer's variables once, no more.
+    trainable = sum(int(w.numpy().size) for w in model.trainable_weights)
+    backup = _floats(model_dir / "backup" / "latest.weights.h5")
+    assert weights + trainable <= backup < weights + trainable + 20
+    reference = keras.Model(model.inputs, model.outputs)
+    reference.load_weights(folder / "final.weights.h5")
+    for a, b in zip(model.weights, reference.weights):
+        assert a.path == b.path
+
+
+def test_keep_checkpoints_zero_keeps_only_the_final_weights(small, tmp_path):
+    model_dir = tmp_path / "run"
+    assert _run(*TINY, "--epochs=2", "--keep_checkpoints=0",
+                f"--model_dir={model_dir}") == 0
+    assert os.listdir(model_dir / "checkpoints") == ["final.weights.h5"]
+    assert os.path.exists(model_dir / "final.keras")
