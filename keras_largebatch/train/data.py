@@ -282,19 +282,71 @@ def load_tfrecord(data_dir, image_size, num_classes=1000):
 
 
 def batch(spec, global_batch_size, augmenter=None, seed=0,
-          drop_remainder=False):
-    """Shuffles, augments and batches; returns `(train_ds, val_ds)`."""
+          drop_remainder=False, steps_per_epoch=None, epochs=1,
+          initial_epoch=0):
+    """Shuffles, augments and batches; returns `(train_ds, val_ds)`.
+
+    `train_ds` holds the batches of epochs `initial_epoch .. epochs - 1`,
+    `steps_per_epoch` each (default: one pass over the data), and every
+    random choice is a function of `(seed, epoch, step)` alone:
+
+        order of pass p of epoch e:   shuffle(seed=epoch_seed(seed, e, p))
+        augmentation of batch s of e: augmenter(x, seed=fold(seed, e, s))
+
+    so a run resumed at epoch e reads exactly what an uninterrupted run
+    reads there, whatever the thread scheduling and however often the
+    dataset was iterated before (Keras peeks at a batch to build). With `steps_per_epoch`
+    larger than a pass, passes follow each other, each shuffled anew.
+    """
     import tensorflow as tf
 
-    train = spec.train.shuffle(
-        min(spec.num_train, 10_000), seed=seed, reshuffle_each_iteration=True
-    ).batch(global_batch_size, drop_remainder=drop_remainder)
-    if augmenter is not None:
-        train = train.map(lambda x, y: (augmenter(x, training=True), y),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+    per_pass = (spec.num_train // global_batch_size if drop_remainder
+                else -(-spec.num_train // global_batch_size))
+    steps = steps_per_epoch or per_pass
+    buffer = min(spec.num_train, 10_000)
+
+    def epoch_batches(epoch):
+        passes = -(-steps // max(per_pass, 1)) if steps_per_epoch else 1
+        data = _concatenate([
+            spec.train.shuffle(buffer, seed=epoch_seed(seed, epoch, p),
+                               reshuffle_each_iteration=False)
+            for p in range(passes)])
+        data = data.batch(global_batch_size, drop_remainder=drop_remainder)
+        data = data.take(steps).enumerate()
+        if augmenter is None:
+            return data.map(lambda step, xy: xy)
+        return data.map(
+            lambda step, xy: (augmenter(xy[0], seed=batch_seed(
+                seed, epoch, step)), xy[1]),
+            num_parallel_calls=tf.data.AUTOTUNE)
+
+    train = _concatenate([epoch_batches(e)
+                          for e in range(initial_epoch, epochs)])
     normalize = lambda x, y: ((x - 0.5) * 2.0, y)  # noqa: E731
     train = train.map(normalize).prefetch(tf.data.AUTOTUNE)
     val = spec.validation.batch(
         global_batch_size, drop_remainder=drop_remainder
     ).map(normalize).prefetch(tf.data.AUTOTUNE)
     return train, val
+
+
+def batch_seed(seed, epoch, step):
+    """The `[2]` stateless seed of batch `step` of `epoch`."""
+    import tensorflow as tf
+
+    fold = tf.random.experimental.stateless_fold_in
+    base = tf.constant([seed, 0], "int64")
+    return fold(fold(base, tf.cast(epoch, "int64")), tf.cast(step, "int64"))
+
+
+def epoch_seed(seed, epoch, data_pass):
+    """The shuffle seed (a Python int) of pass `data_pass` of `epoch`."""
+    words = np.random.SeedSequence([seed, epoch, data_pass]).generate_state(2)
+    return int(words[0]) << 31 | int(words[1]) >> 1
+
+
+def _concatenate(datasets):
+    out = datasets[0]
+    for d in datasets[1:]:
+        out = out.concatenate(d)
+    return out

@@ -103,7 +103,15 @@ def define_flags():
         "(TensorFlow); data_parallel: keras.distribution over local devices "
         "(JAX).",
     )
-    flags.DEFINE_integer("seed", 0, "Seed for splits, shuffling and init.")
+    flags.DEFINE_integer(
+        "seed", 0,
+        "Seed for splits, init, data order, augmentation and dropout: the "
+        "same seed and flags give the same weights (see --deterministic).")
+    flags.DEFINE_boolean(
+        "deterministic", False,
+        "TensorFlow backend: tf.config.experimental.enable_op_determinism() "
+        "(slower kernels), needed for bit-identical runs there. JAX and "
+        "torch on a CPU are deterministic without it.")
     flags.DEFINE_integer(
         "verbose", 1, "Keras fit verbosity: 1 progress bar, 2 one line.")
     flags.DEFINE_boolean(

@@ -109,6 +109,8 @@ def prepare(FLAGS):
             f"global_batch_size={FLAGS.global_batch_size}"
         )
     keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        _make_deterministic()
     job.precision = recipe.resolve_precision(FLAGS.precision)
     keras.mixed_precision.set_dtype_policy(job.precision)
 
@@ -123,16 +125,15 @@ def prepare(FLAGS):
     policy = augment.policy_for(FLAGS.augment, FLAGS.dataset)
     augmenter = augment.build(policy, size, FLAGS.seed)
     drop = job.replicas > 1
-    job.train_ds, job.val_ds = data.batch(
-        spec, FLAGS.global_batch_size, augmenter, FLAGS.seed, drop)
-    per_epoch = (spec.num_train // FLAGS.global_batch_size if drop
-                 else math.ceil(spec.num_train / FLAGS.global_batch_size))
     _check_sizes(FLAGS, spec, drop)
-    job.steps_per_epoch = None
-    if FLAGS.steps_per_epoch:
-        job.steps_per_epoch = FLAGS.steps_per_epoch
-        per_epoch = FLAGS.steps_per_epoch
-        job.train_ds = job.train_ds.repeat()
+    per_epoch = FLAGS.steps_per_epoch or (
+        spec.num_train // FLAGS.global_batch_size if drop
+        else math.ceil(spec.num_train / FLAGS.global_batch_size))
+    job.steps_per_epoch = per_epoch
+    job.train_ds, job.val_ds = data.batch(
+        spec, FLAGS.global_batch_size, augmenter, FLAGS.seed, drop,
+        steps_per_epoch=FLAGS.steps_per_epoch or None, epochs=FLAGS.epochs,
+        initial_epoch=min(job.initial_epoch, FLAGS.epochs - 1))
 
     job.peak_lr = recipe.peak_learning_rate(
         FLAGS.optimizer, FLAGS.base_learning_rate, FLAGS.global_batch_size,
@@ -185,8 +186,7 @@ def train(job, start):
     throughput = outputs.Throughput(F["global_batch_size"])
     callbacks = [
         throughput,  # First: adds images_per_sec to the logs the rest see.
-        keras.callbacks.BackupAndRestore(
-            os.path.join(out_dir, "backup"), delete_checkpoint=False),
+        outputs.Backup(os.path.join(out_dir, "backup")),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
         checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
@@ -261,7 +261,7 @@ def _flag_names():
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
-        "keep_checkpoints",
+        "keep_checkpoints", "deterministic",
     ]
 
 
@@ -291,6 +291,21 @@ def _check_sizes(FLAGS, spec, drop_remainder):
             f"The validation set ({spec.num_validation} images) has no "
             f"batch of `global_batch_size`{why}. "
             f"Received: global_batch_size={batch}")
+
+
+def _make_deterministic():
+    """Deterministic kernels (what `--deterministic` changes)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    elif backend == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
 
 
 def _check(condition, name, expected):

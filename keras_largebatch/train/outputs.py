@@ -8,7 +8,7 @@
     epochs_raised.json      each later raise of --epochs (see resume.py)
     checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
                             (see checkpoints.py)
-    backup/                 keras.callbacks.BackupAndRestore state (resume)
+    backup/                 the state at the last epoch's end (resume; `Backup`)
 
 Nothing is written before every input has been checked; each file is
 written to a temporary name in the same folder and renamed over the old
@@ -160,3 +160,50 @@ class Throughput(keras.callbacks.Callback):
     def images_per_sec(self):
         images, seconds = self.timed()
         return images / seconds if seconds > 0 else None
+
+
+class Backup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` at each epoch's end, atomic, with the seed states.
+
+    The weights file and `training_metadata.json` are each written under a
+    temporary name and renamed, the metadata last: a run killed while
+    saving resumes from the previous epoch. The metadata also holds the
+    state of every `SeedGenerator` in the model (dropout), which weights
+    files leave out, so that a resumed run draws the masks an uninterrupted
+    run would draw.
+    """
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, save_freq="epoch",
+                         delete_checkpoint=False)
+
+    def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        tmp = os.path.join(self.backup_dir,
+                           f".tmp-{os.getpid()}-latest.weights.h5")
+        self.model.save_weights(tmp)
+        os.replace(tmp, self._weights_path)
+        write_json(self._training_metadata_path, {
+            "epoch": self._current_epoch,
+            "batch": self._last_batch_seen,
+            "seed_states": [s.numpy().tolist()
+                            for s in seed_states(self.model)],
+        })
+
+    def _load_model(self):
+        super()._load_model()
+        if not os.path.exists(self._training_metadata_path):
+            return
+        with open(self._training_metadata_path) as f:
+            saved = json.load(f).get("seed_states", [])
+        states = seed_states(self.model)
+        if len(saved) == len(states):
+            for state, value in zip(states, saved):
+                state.assign(value)
+
+
+def seed_states(model):
+    """The state variables of the model's `SeedGenerator`s, in layer order."""
+    return [generator.state
+            for layer in model._flatten_layers(include_self=True)
+            for generator in getattr(layer, "_seed_generators", [])]
