@@ -170,6 +170,7 @@ def train(job, start):
 
     from keras_largebatch.train import checkpoints
     from keras_largebatch.train import outputs
+    from keras_largebatch.train import resume
 
     F = job.flags
     out_dir = job.model_dir if job.chief else os.path.join(
@@ -179,14 +180,13 @@ def train(job, start):
         outputs.write_json(os.path.join(out_dir, "run_config.json"),
                            job.run_config)
     if job.chief and job.resuming and job.resuming.raised:
-        from keras_largebatch.train import resume
-
         print(f"{PROG}: {job.raise_message}")
         resume.record_raise(out_dir, job.resuming, job.raise_message)
     throughput = outputs.Throughput(F["global_batch_size"])
     callbacks = [
         throughput,  # First: adds images_per_sec to the logs the rest see.
         outputs.Backup(os.path.join(out_dir, "backup")),
+        resume.step_randomness(F["seed"]),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
         checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),

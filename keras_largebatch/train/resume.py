@@ -107,3 +107,30 @@ def _read(path, default=None):
         return default
     with open(path) as f:
         return json.load(f)
+
+
+def step_randomness(seed):
+    """A callback that reseeds torch's global generator before each step.
+
+    Under torch, Keras' `Dropout` without a seed of its own draws from
+    torch's global generator, which no checkpoint holds (and which the
+    first epoch of a process consumes differently); seeding it from
+    `(seed, epoch, step)` makes a replayed epoch draw what the original
+    drew. (Layers' own `SeedGenerator` states travel in the backup.)
+    """
+    import keras
+    import numpy as np
+
+    class StepRandomness(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if keras.backend.backend() == "torch":
+                import torch
+
+                words = np.random.SeedSequence(
+                    [seed, self.epoch, batch]).generate_state(2)
+                torch.manual_seed(int(words[0]) << 32 | int(words[1]))
+
+    return StepRandomness()
