@@ -87,6 +87,10 @@ def define_flags():
         "for photos.",
     )
     flags.DEFINE_string("model_dir", None, "Outputs and checkpoints.")
+    flags.DEFINE_enum(
+        "mode", "train", ("train", "eval"),
+        "eval: evaluate the latest checkpoint in --model_dir on the "
+        "validation set and write eval.json; flags not given are the run's.")
     flags.DEFINE_integer(
         "keep_checkpoints", 2,
         "Epoch checkpoints (weights only) kept in model_dir/checkpoints, "

@@ -48,7 +48,13 @@ def main(argv):
     if len(rest) > 1:
         return fail(f"Unexpected arguments: {' '.join(rest[1:])}")
     try:
+        if FLAGS.mode == "eval":
+            from keras_largebatch.train import evaluate
+
+            evaluate.flags_from_run(FLAGS)
         job = prepare(FLAGS)
+        if FLAGS.mode == "eval":
+            return evaluate.evaluate(job)
     except (ValueError, OSError) as e:
         return fail(e)
     return train(job, start)
@@ -158,7 +164,8 @@ def prepare(FLAGS):
         optimizer = recipe.build_optimizer(
             FLAGS.optimizer, lr, model, FLAGS.momentum, FLAGS.eta,
             FLAGS.weight_decay)
-        recipe.compile_model(model, optimizer, FLAGS.label_smoothing)
+        recipe.compile_model(model, optimizer, FLAGS.label_smoothing,
+                             top5=spec.num_classes > 10)
     job.model = model
     job.model_dir = FLAGS.model_dir
     return job
@@ -185,12 +192,16 @@ def train(job, start):
     throughput = outputs.Throughput(F["global_batch_size"])
     callbacks = [
         throughput,  # First: adds images_per_sec to the logs the rest see.
+        outputs.EpochScalars(),  # learning_rate, loss_scale
         outputs.Backup(os.path.join(out_dir, "backup")),
         resume.step_randomness(F["seed"]),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
         checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
                                      F["keep_checkpoints"]),
+        keras.callbacks.TensorBoard(
+            os.path.join(out_dir, "tensorboard"), write_graph=False,
+            profile_batch=0),
     ]
     history = job.model.fit(
         job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
@@ -198,9 +209,8 @@ def train(job, start):
         verbose=F["verbose"], shuffle=False,  # tf.data already shuffles.
     )
     epochs_run = len(history.epoch)
-    val_accuracy = float(
-        job.model.evaluate(job.val_ds, verbose=0, return_dict=True)[
-            "accuracy"])
+    val_metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
+    val_accuracy = float(val_metrics["accuracy"])
     checkpoints.save_final(
         job.model, os.path.join(out_dir, "checkpoints"), out_dir,
         job.initial_epoch + epochs_run)
@@ -237,6 +247,8 @@ def train(job, start):
         "num_train": job.spec.num_train,
         "num_validation": job.spec.num_validation,
     }
+    if "top5_accuracy" in val_metrics:
+        summary["top5_accuracy"] = float(val_metrics["top5_accuracy"])
     if job.chief:
         outputs.plot_learning_curves(
             outputs.read_history(os.path.join(out_dir, "history.csv")),
@@ -261,7 +273,7 @@ def _flag_names():
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
-        "keep_checkpoints", "deterministic",
+        "keep_checkpoints", "deterministic", "mode",
     ]
 
 

@@ -9,6 +9,10 @@
     checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
                             (see checkpoints.py)
     backup/                 the state at the last epoch's end (resume; `Backup`)
+    tensorboard/            train/ and validation/ scalars per epoch: loss,
+                            accuracy (top5_accuracy), learning_rate,
+                            loss_scale, images_per_sec
+    eval.json               written by --mode=eval (see evaluate.py)
 
 Nothing is written before every input has been checked; each file is
 written to a temporary name in the same folder and renamed over the old
@@ -207,3 +211,21 @@ def seed_states(model):
     return [generator.state
             for layer in model._flatten_layers(include_self=True)
             for generator in getattr(layer, "_seed_generators", [])]
+
+
+class EpochScalars(keras.callbacks.Callback):
+    """Adds `learning_rate` and `loss_scale` to each epoch's logs.
+
+    The rate is the schedule's at the optimizer's step; the loss scale is
+    the dynamic scale of a loss-scaling optimizer, 1 without one.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        optimizer = self.model.optimizer
+        logs["learning_rate"] = float(
+            keras.ops.convert_to_numpy(optimizer.learning_rate))
+        scale = getattr(optimizer, "dynamic_scale", None)
+        logs["loss_scale"] = float(
+            keras.ops.convert_to_numpy(scale)) if scale is not None else 1.0

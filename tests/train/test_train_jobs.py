@@ -200,3 +200,56 @@ def test_keep_checkpoints_zero_keeps_only_the_final_weights(small, tmp_path):
                 f"--model_dir={model_dir}") == 0
     assert os.listdir(model_dir / "checkpoints") == ["final.weights.h5"]
     assert os.path.exists(model_dir / "final.keras")
+
+
+def _tensorboard_tags(folder):
+    import glob
+
+    import tensorflow as tf
+
+    tags = {}
+    for path in glob.glob(os.path.join(folder, "*", "events.out.tfevents.*")):
+        split = os.path.basename(os.path.dirname(path))
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                tags.setdefault(split, set()).add(value.tag)
+    return tags
+
+
+def test_tensorboard_top5_and_eval_of_the_latest_checkpoint(
+        small, tmp_path, capsys):
+    model_dir = tmp_path / "run"
+    args = [*TINY, "--num_classes=12", f"--model_dir={model_dir}"]
+    assert _run(*args, "--epochs=2") == 0
+    tags = _tensorboard_tags(model_dir / "tensorboard")
+    assert {"epoch_loss", "epoch_accuracy", "epoch_top5_accuracy",
+            "epoch_learning_rate", "epoch_loss_scale",
+            "epoch_images_per_sec"} <= tags["train"]
+    assert {"epoch_loss", "epoch_accuracy",
+            "epoch_top5_accuracy"} <= tags["validation"]
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["top5_accuracy"] >= summary["val_accuracy"]
+    before = sorted(os.listdir(model_dir))
+
+    # Only --model_dir and --mode: the other flags are the run's.
+    assert _run(f"--model_dir={model_dir}", "--mode=eval",
+                "--verbose=0") == 0
+    result = json.loads((model_dir / "eval.json").read_text())
+    assert result["checkpoint"] == os.path.join("checkpoints",
+                                                "epoch_002.weights.h5")
+    assert result["epoch"] == 2
+    assert result["val_accuracy"] == pytest.approx(summary["val_accuracy"])
+    assert result["top5_accuracy"] == pytest.approx(summary["top5_accuracy"])
+    assert sorted(os.listdir(model_dir)) == sorted(before + ["eval.json"])
+
+
+def test_no_top5_with_ten_classes_or_fewer(small, tmp_path):
+    assert _run(*TINY, "--epochs=1", f"--model_dir={tmp_path}/run") == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert "top5_accuracy" not in summary
+
+
+def test_eval_without_a_run_exits_2(tmp_path, capsys):
+    assert _run(f"--model_dir={tmp_path}/none", "--mode=eval") == 2
+    assert "run_config.json" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "none")

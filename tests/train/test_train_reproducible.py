@@ -43,7 +43,7 @@ class _KillAt(keras.callbacks.Callback):
 
 
 @pytest.mark.skipif(BACKEND == "tensorflow",
-                    reason="slow here; TF covered by --deterministic below")
+                    reason="TensorFlow: in subprocesses, below")
 def test_same_seed_same_weights_and_a_killed_run_resumes_to_them(
         small, tmp_path, monkeypatch):
     assert _run(*ARGS, f"--model_dir={tmp_path}/a") == 0
@@ -94,3 +94,54 @@ def test_data_of_an_epoch_depends_on_seed_and_epoch_only():
         np.testing.assert_array_equal(x, y)
     # Epochs differ from each other.
     assert not np.array_equal(full[0], full[3])
+
+
+_SCRIPT = """
+import os, sys
+sys.path.insert(0, {here!r})
+import keras
+from conftest import small_model
+from keras_largebatch.train import main, recipe
+recipe.build_model = small_model
+if os.environ.get("KILL_AT_EPOCH_STEP"):
+    epoch_at, step_at = map(int, os.environ["KILL_AT_EPOCH_STEP"].split(","))
+    class Kill(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+        def on_train_batch_end(self, batch, logs=None):
+            if (self.epoch, batch) == (epoch_at, step_at):
+                os._exit(9)
+    fit = keras.Model.fit
+    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
+        self, *a, callbacks=[*callbacks, Kill()], **k)
+sys.exit(main.main(["keras-largebatch-train", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's flag")
+def test_tensorflow_runs_are_identical_under_deterministic(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = _SCRIPT.format(here=os.path.dirname(__file__))
+
+    def run(model_dir, kill=None):
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        env.pop("KILL_AT_EPOCH_STEP", None)
+        if kill:
+            env["KILL_AT_EPOCH_STEP"] = kill
+        return subprocess.run(
+            [sys.executable, "-c", script, *ARGS,
+             f"--model_dir={model_dir}"],
+            env=env, capture_output=True, text=True, timeout=300)
+
+    assert run(tmp_path / "a").returncode == 0
+    assert run(tmp_path / "b").returncode == 0
+    assert run(tmp_path / "c", kill="1,2").returncode == 9
+    proc = run(tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    a = _final_weights(tmp_path / "a")
+    for other in ("b", "c"):
+        for x, y in zip(a, _final_weights(tmp_path / other)):
+            np.testing.assert_array_equal(x, y)
