@@ -22,6 +22,8 @@ def policy_for(augment, dataset):
     """Resolves `--augment=auto` for a data set."""
     if augment != "auto":
         return augment
+    if dataset == "tfrecord":
+        return "none"  # Cropped and flipped while decoding (imagenet.py).
     return "light" if dataset in ("digits", "mnist", "fashion_mnist") \
         else "crop_flip"
 

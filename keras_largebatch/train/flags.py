@@ -45,6 +45,14 @@ def define_flags():
         "inferred elsewhere.",
     )
     flags.DEFINE_integer(
+        "num_train_examples", 0,
+        "tfrecord: training examples (steps per epoch); 0: from index.json "
+        "in --data_dir (python -m keras_largebatch.train.imagenet DIR "
+        "writes it) or ImageNet's 1,281,167. Nothing is counted at start.")
+    flags.DEFINE_integer(
+        "num_validation_examples", 0,
+        "tfrecord: validation examples; 0: index.json or ImageNet's 50,000.")
+    flags.DEFINE_integer(
         "image_size", 0,
         "Square input size; 0 means 67 for alexnet_bn (its minimum) and 32 "
         "for resnet50.",

@@ -99,6 +99,9 @@ def prepare(FLAGS):
     _check(0 <= FLAGS.bn_momentum < 1, "bn_momentum", "in [0, 1)")
     _check(FLAGS.num_classes >= 0, "num_classes", ">= 0")
     _check(FLAGS.keep_checkpoints >= 0, "keep_checkpoints", ">= 0")
+    _check(FLAGS.num_train_examples >= 0, "num_train_examples", ">= 0")
+    _check(FLAGS.num_validation_examples >= 0, "num_validation_examples",
+           ">= 0")
     if FLAGS.init_weights and not os.path.isfile(FLAGS.init_weights):
         raise ValueError(
             "`init_weights` is not a file. Received: "
@@ -121,7 +124,9 @@ def prepare(FLAGS):
     keras.mixed_precision.set_dtype_policy(job.precision)
 
     spec = data.load(FLAGS.dataset, size, FLAGS.data_dir, FLAGS.num_classes,
-                     FLAGS.seed, FLAGS.check_images)
+                     FLAGS.seed, FLAGS.check_images,
+                     (FLAGS.num_train_examples,
+                      FLAGS.num_validation_examples), FLAGS.init_weights)
     job.spec, job.image_size = spec, size
     job.run_config = dict(job.flags, image_size=size,
                           num_classes=spec.num_classes)
@@ -274,6 +279,7 @@ def _flag_names():
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
         "keep_checkpoints", "deterministic", "mode",
+        "num_train_examples", "num_validation_examples",
     ]
 
 
