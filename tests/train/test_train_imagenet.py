@@ -150,3 +150,20 @@ def test_two_workers_read_disjoint_files_covering_the_data(tmp_path):
         assert len(labels) == 10  # two whole files of five
         seen.append(set(labels))
     assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == {1, 2, 3, 4}
+
+
+def test_the_command_trains_on_tfrecords_without_counting_them(
+        small, tmp_path):
+    from keras_largebatch.train import main as train_main
+
+    root = _shards(tmp_path / "d")
+    model_dir = tmp_path / "run"
+    assert train_main.main([
+        "keras-largebatch-train", "--dataset=tfrecord", f"--data_dir={root}",
+        "--num_classes=4", "--num_train_examples=20",
+        "--num_validation_examples=5", "--global_batch_size=4",
+        "--epochs=2", "--warmup_epochs=0", "--image_size=67", "--verbose=0",
+        f"--model_dir={model_dir}"]) == 0
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert (summary["num_train"], summary["num_validation"]) == (20, 5)
+    assert summary["images_timed"] == 5 * 4  # one epoch of 20 / 4 steps
