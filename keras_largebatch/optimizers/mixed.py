@@ -94,6 +94,24 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer._build_for(targets, var_list)
         keras.optimizers.Optimizer.build(self, var_list)
 
+    def save_own_variables(self, store):
+        # Keras' LossScaleOptimizer lists the inner optimizer's variables in
+        # its own `variables` and saves them, and the saver stores them again
+        # under `inner_optimizer/`: the momentum twice. Only the loss-scale
+        # state and the masters are this optimizer's own.
+        for i, variable in enumerate(self._variables):
+            store[str(i)] = keras.ops.convert_to_numpy(variable)
+
+    def load_own_variables(self, store):
+        # Files written before the fix hold the inner variables here too,
+        # after this optimizer's own: those are read from `inner_optimizer/`.
+        if len(store.keys()) not in (
+            len(self._variables), len(self.variables)
+        ):
+            return super().load_own_variables(store)  # Warns and skips.
+        for i, variable in enumerate(self._variables):
+            variable.assign(store[str(i)])
+
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         self.inner_optimizer.exclude_from_weight_decay(var_list, var_names)
 

@@ -42,14 +42,22 @@ class DataSpec:
     num_train: int
     num_validation: int
     channels: int = 3
+    # (epoch, data_pass) -> the training examples of that pass, for data
+    # whose decoding is random (ImageNet's crops); else `train` is used.
+    train_for_epoch: object = None
+    # x in [0, 1] -> model input; None: (x - 0.5) * 2.
+    normalize: object = None
 
 
 def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
-         check_images=True, channels=3):
+         check_images=True, channels=3, num_examples=(0, 0),
+         init_weights=None):
     """Builds the `DataSpec` for `--dataset`; raises `DataError`.
 
     `channels=3` repeats grayscale images to three channels (for models
     made for RGB); `None` keeps each data set's own channels.
+    `num_examples` (train, validation) and `init_weights` matter for
+    `tfrecord` only (see `imagenet.py`).
     """
     if dataset == "digits":
         return load_digits(image_size, seed, channels)
@@ -58,7 +66,8 @@ def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
     if dataset == "directory":
         return load_directory(data_dir, image_size, seed, check_images)
     if dataset == "tfrecord":
-        return load_tfrecord(data_dir, image_size, num_classes or 1000)
+        return load_tfrecord(data_dir, image_size, num_classes or 1000,
+                             seed, num_examples, init_weights)
     if dataset == "fashion_mnist":
         return load_fashion_mnist(image_size, data_dir, channels)
     if dataset in KERAS_DATASETS:
@@ -327,82 +336,137 @@ def _check_class_folders(folder, check_images):
     return classes
 
 
-def load_tfrecord(data_dir, image_size, num_classes=1000):
+def load_tfrecord(data_dir, image_size, num_classes=1000, seed=0,
+                  num_examples=(0, 0), init_weights=None):
     """ImageNet-format TFRecords as written by the TF models garden.
 
     Files `train-*` and `validation-*` in `data_dir`; features
-    `image/encoded` (JPEG or PNG bytes) and `image/class/label` (int64,
-    1-based: 1..num_classes, as in the garden's ImageNet conversion).
+    `image/encoded` (JPEG bytes) and `image/class/label` (int64, 1-based:
+    1..num_classes, as in the garden's ImageNet conversion). Reads nothing
+    but the first record of each split's first file here; see
+    `imagenet.py` for the counts, the checks and the preprocessing.
     """
     import tensorflow as tf
 
+    from keras_largebatch.train import imagenet
+
     root = _existing_dir(data_dir)
-    files = {}
-    for split in ("train", "validation"):
-        files[split] = sorted(glob.glob(os.path.join(root, f"{split}-*")))
-        if not files[split]:
+    paths = imagenet.files(root)
+    for split, found in paths.items():
+        if not found:
             raise DataError(
                 f"`data_dir` has no {split}-* TFRecord files. Received: "
                 f"data_dir={data_dir!r}"
             )
-    features = {
-        "image/encoded": tf.io.FixedLenFeature([], tf.string),
-        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-    }
-
-    def parse(record):
-        example = tf.io.parse_single_example(record, features)
-        image = tf.io.decode_image(example["image/encoded"], channels=3,
-                                   expand_animations=False)
-        image = tf.image.resize(image, (image_size, image_size)) / 255.0
-        label = tf.one_hot(example["image/class/label"] - 1, num_classes)
-        return image, label
-
-    counts = {}
-    for split, paths in files.items():
-        first = next(iter(tf.data.TFRecordDataset(paths[:1])), None)
+        first = next(iter(tf.data.TFRecordDataset(found[:1])), None)
         try:
             if first is None:
-                raise ValueError("empty file")
-            example = tf.io.parse_single_example(first, features)
-            label = int(example["image/class/label"])
-            parse(first)
-        except Exception as e:
-            raise DataError(
-                f"{paths[0]} is not an ImageNet-format TFRecord "
-                f"(image/encoded, image/class/label): "
-                f"{str(e).splitlines()[0][:200]}. "
-                f"Received: data_dir={data_dir!r}"
-            ) from None
-        if not 1 <= label <= num_classes:
-            raise DataError(
-                f"`image/class/label` must be 1-based in [1, "
-                f"{num_classes}]; {paths[0]} holds {label}. Set "
-                f"--num_classes. Received: num_classes={num_classes}"
-            )
-        counts[split] = sum(1 for _ in tf.data.TFRecordDataset(paths))
-    train = tf.data.TFRecordDataset(files["train"]).map(
-        parse, num_parallel_calls=tf.data.AUTOTUNE)
-    val = tf.data.TFRecordDataset(files["validation"]).map(
-        parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return DataSpec("tfrecord", train, val, num_classes, counts["train"],
-                    counts["validation"])
+                raise ValueError(f"{found[0]} is empty: not an "
+                                 f"ImageNet-format TFRecord")
+            imagenet.check_record(first, found[0], num_classes)
+        except ValueError as e:
+            raise DataError(f"{e} Received: data_dir={data_dir!r}") from None
+    counts = imagenet.counts(root, *num_examples)
+
+    def train_for_epoch(epoch, data_pass):
+        key = epoch_seed(seed, epoch, data_pass)
+        base = tf.constant([seed, 1], "int64")
+        fold = tf.random.experimental.stateless_fold_in
+        epoch_key = fold(base, key)
+
+        def decode(i, record):
+            encoded, label = imagenet.parse(record, num_classes)
+            return imagenet.decode_train(encoded, image_size,
+                                         fold(epoch_key, i)), label
+
+        return imagenet.read(paths["train"], num_classes, key).enumerate(
+        ).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def decode_eval(record):
+        encoded, label = imagenet.parse(record, num_classes)
+        return imagenet.decode_eval(encoded, image_size), label
+
+    val = imagenet.read(paths["validation"], num_classes).map(
+        decode_eval, num_parallel_calls=tf.data.AUTOTUNE)
+    return DataSpec("tfrecord", None, val, num_classes, counts["train"],
+                    counts["validation"], train_for_epoch=train_for_epoch,
+                    normalize=imagenet.normalizer(init_weights))
 
 
 def batch(spec, global_batch_size, augmenter=None, seed=0,
-          drop_remainder=False):
-    """Shuffles, augments and batches; returns `(train_ds, val_ds)`."""
+          drop_remainder=False, steps_per_epoch=None, epochs=1,
+          initial_epoch=0):
+    """Shuffles, augments and batches; returns `(train_ds, val_ds)`.
+
+    `train_ds` holds the batches of epochs `initial_epoch .. epochs - 1`,
+    `steps_per_epoch` each (default: one pass over the data), and every
+    random choice is a function of `(seed, epoch, step)` alone:
+
+        order of pass p of epoch e:   shuffle(seed=epoch_seed(seed, e, p))
+        augmentation of batch s of e: augmenter(x, seed=fold(seed, e, s))
+
+    so a run resumed at epoch e reads exactly what an uninterrupted run
+    reads there, whatever the thread scheduling and however often the
+    dataset was iterated before (Keras peeks at a batch to build). With `steps_per_epoch`
+    larger than a pass, passes follow each other, each shuffled anew.
+    """
     import tensorflow as tf
 
-    train = spec.train.shuffle(
-        min(spec.num_train, 10_000), seed=seed, reshuffle_each_iteration=True
-    ).batch(global_batch_size, drop_remainder=drop_remainder)
-    if augmenter is not None:
-        train = train.map(lambda x, y: (augmenter(x, training=True), y),
-                          num_parallel_calls=tf.data.AUTOTUNE)
-    normalize = lambda x, y: ((x - 0.5) * 2.0, y)  # noqa: E731
+    per_pass = (spec.num_train // global_batch_size if drop_remainder
+                else -(-spec.num_train // global_batch_size))
+    steps = steps_per_epoch or per_pass
+    buffer = min(spec.num_train, 10_000)
+
+    def epoch_batches(epoch):
+        passes = -(-steps // max(per_pass, 1)) if steps_per_epoch else 1
+        data = _concatenate([
+            _source(spec, epoch, p).shuffle(
+                buffer, seed=epoch_seed(seed, epoch, p),
+                reshuffle_each_iteration=False)
+            for p in range(passes)])
+        data = data.batch(global_batch_size, drop_remainder=drop_remainder)
+        data = data.take(steps).enumerate()
+        if augmenter is None:
+            return data.map(lambda step, xy: xy)
+        return data.map(
+            lambda step, xy: (augmenter(xy[0], seed=batch_seed(
+                seed, epoch, step)), xy[1]),
+            num_parallel_calls=tf.data.AUTOTUNE)
+
+    train = _concatenate([epoch_batches(e)
+                          for e in range(initial_epoch, epochs)])
+    scale = spec.normalize or (lambda x: (x - 0.5) * 2.0)
+    normalize = lambda x, y: (scale(x), y)  # noqa: E731
     train = train.map(normalize).prefetch(tf.data.AUTOTUNE)
     val = spec.validation.batch(
         global_batch_size, drop_remainder=drop_remainder
     ).map(normalize).prefetch(tf.data.AUTOTUNE)
     return train, val
+
+
+def _source(spec, epoch, data_pass):
+    if spec.train_for_epoch is not None:
+        return spec.train_for_epoch(epoch, data_pass)
+    return spec.train
+
+
+def batch_seed(seed, epoch, step):
+    """The `[2]` stateless seed of batch `step` of `epoch`."""
+    import tensorflow as tf
+
+    fold = tf.random.experimental.stateless_fold_in
+    base = tf.constant([seed, 0], "int64")
+    return fold(fold(base, tf.cast(epoch, "int64")), tf.cast(step, "int64"))
+
+
+def epoch_seed(seed, epoch, data_pass):
+    """The shuffle seed (a Python int) of pass `data_pass` of `epoch`."""
+    words = np.random.SeedSequence([seed, epoch, data_pass]).generate_state(2)
+    return int(words[0]) << 31 | int(words[1]) >> 1
+
+
+def _concatenate(datasets):
+    out = datasets[0]
+    for d in datasets[1:]:
+        out = out.concatenate(d)
+    return out

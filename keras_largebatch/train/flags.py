@@ -52,6 +52,14 @@ def define_flags():
         "inferred elsewhere.",
     )
     flags.DEFINE_integer(
+        "num_train_examples", 0,
+        "tfrecord: training examples (steps per epoch); 0: from index.json "
+        "in --data_dir (python -m keras_largebatch.train.imagenet DIR "
+        "writes it) or ImageNet's 1,281,167. Nothing is counted at start.")
+    flags.DEFINE_integer(
+        "num_validation_examples", 0,
+        "tfrecord: validation examples; 0: index.json or ImageNet's 50,000.")
+    flags.DEFINE_integer(
         "image_size", 0,
         "Square input size; 0 means 67 for alexnet_bn (its minimum), 32 "
         "for resnet50, and the data set's own size for resnet_cifar.",
@@ -108,6 +116,15 @@ def define_flags():
         "for photos.",
     )
     flags.DEFINE_string("model_dir", None, "Outputs and checkpoints.")
+    flags.DEFINE_enum(
+        "mode", "train", ("train", "eval"),
+        "eval: evaluate the latest checkpoint in --model_dir on the "
+        "validation set and write eval.json; flags not given are the run's.")
+    flags.DEFINE_integer(
+        "keep_checkpoints", 2,
+        "Epoch checkpoints (weights only) kept in model_dir/checkpoints, "
+        "newest first; the final weights and final.keras are always "
+        "written.")
     flags.DEFINE_string(
         "init_weights", None,
         "A .weights.h5 of the same architecture; the classifier is skipped "
@@ -145,7 +162,15 @@ def define_flags():
         "(TensorFlow); data_parallel: keras.distribution over local devices "
         "(JAX).",
     )
-    flags.DEFINE_integer("seed", 0, "Seed for splits, shuffling and init.")
+    flags.DEFINE_integer(
+        "seed", 0,
+        "Seed for splits, init, data order, augmentation and dropout: the "
+        "same seed and flags give the same weights (see --deterministic).")
+    flags.DEFINE_boolean(
+        "deterministic", False,
+        "TensorFlow backend: tf.config.experimental.enable_op_determinism() "
+        "(slower kernels), needed for bit-identical runs there. JAX and "
+        "torch on a CPU are deterministic without it.")
     flags.DEFINE_integer(
         "verbose", 1, "Keras fit verbosity: 1 progress bar, 2 one line.")
     flags.DEFINE_boolean(

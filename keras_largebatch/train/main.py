@@ -50,7 +50,13 @@ def main(argv):
     try:
         if FLAGS.distribution == "multi_worker":
             _multi_worker_strategy(FLAGS)  # before any other TensorFlow op
+        if FLAGS.mode == "eval":
+            from keras_largebatch.train import evaluate
+
+            evaluate.flags_from_run(FLAGS)
         job = prepare(FLAGS)
+        if FLAGS.mode == "eval":
+            return evaluate.evaluate(job)
     except (ValueError, OSError) as e:
         return fail(e)
     return train(job, start)
@@ -100,6 +106,10 @@ def prepare(FLAGS):
     _check(0 <= FLAGS.label_smoothing < 1, "label_smoothing", "in [0, 1)")
     _check(0 <= FLAGS.bn_momentum < 1, "bn_momentum", "in [0, 1)")
     _check(FLAGS.num_classes >= 0, "num_classes", ">= 0")
+    _check(FLAGS.keep_checkpoints >= 0, "keep_checkpoints", ">= 0")
+    _check(FLAGS.num_train_examples >= 0, "num_train_examples", ">= 0")
+    _check(FLAGS.num_validation_examples >= 0, "num_validation_examples",
+           ">= 0")
     if FLAGS.init_weights and not os.path.isfile(FLAGS.init_weights):
         raise ValueError(
             "`init_weights` is not a file. Received: "
@@ -124,59 +134,72 @@ def prepare(FLAGS):
             f"global_batch_size={FLAGS.global_batch_size}"
         )
     keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        _make_deterministic()
     job.precision = recipe.resolve_precision(FLAGS.precision)
     keras.mixed_precision.set_dtype_policy(job.precision)
 
     spec = data.load(FLAGS.dataset, size, FLAGS.data_dir, FLAGS.num_classes,
                      FLAGS.seed, FLAGS.check_images,
-                     recipe.input_channels(FLAGS.model))
+                     recipe.input_channels(FLAGS.model),
+                     (FLAGS.num_train_examples,
+                      FLAGS.num_validation_examples), FLAGS.init_weights)
     job.spec, job.image_size = spec, size
     job.run_config = dict(job.flags, image_size=size,
                           num_classes=spec.num_classes)
     job.resuming = outputs.check_model_dir(FLAGS.model_dir, job.run_config)
+    job.initial_epoch = job.resuming.finished_epochs if job.resuming else 0
 
     policy = augment.policy_for(FLAGS.augment, FLAGS.dataset)
     augmenter = augment.build(policy, size, FLAGS.seed)
     drop = job.replicas > 1
+    _check_sizes(FLAGS, spec, drop)
     accumulation = FLAGS.gradient_accumulation_steps
-    step_batch = FLAGS.global_batch_size // accumulation
+    job.step_batch = FLAGS.global_batch_size // accumulation
+    per_epoch = FLAGS.steps_per_epoch or (
+        spec.num_train // job.step_batch if drop
+        else math.ceil(spec.num_train / job.step_batch))
+    job.steps_per_epoch = per_epoch
     job.train_ds, job.val_ds = data.batch(
-        spec, step_batch, augmenter, FLAGS.seed, drop)
-    per_epoch = (spec.num_train // step_batch if drop
-                 else math.ceil(spec.num_train / step_batch))
-    if spec.num_train < FLAGS.global_batch_size:
-        raise ValueError(
-            f"`global_batch_size` is larger than the {spec.num_train} "
-            f"training images. Received: "
-            f"global_batch_size={FLAGS.global_batch_size}"
-        )
-    job.steps_per_epoch = None
-    if FLAGS.steps_per_epoch:
-        job.steps_per_epoch = FLAGS.steps_per_epoch
-        per_epoch = FLAGS.steps_per_epoch
-        job.train_ds = job.train_ds.repeat()
+        spec, job.step_batch, augmenter, FLAGS.seed, drop,
+        steps_per_epoch=FLAGS.steps_per_epoch or None, epochs=FLAGS.epochs,
+        initial_epoch=min(job.initial_epoch, FLAGS.epochs - 1))
     # The schedule counts optimizer updates, one per `accumulation` batches.
-    per_epoch = per_epoch / accumulation
+    updates_per_epoch = per_epoch / accumulation
 
     job.peak_lr = recipe.peak_learning_rate(
         FLAGS.optimizer, FLAGS.base_learning_rate, FLAGS.global_batch_size,
         FLAGS.base_batch_size, FLAGS.lr_scaling)
+    raised = job.resuming and job.resuming.raised
+    # A default warmup is a fraction of the run: of the original one when
+    # --epochs is raised on resume, so the steps already taken keep theirs.
     job.warmup_epochs = recipe.warmup_epochs_for(
         FLAGS.optimizer, FLAGS.lr_scaling, FLAGS.global_batch_size,
-        FLAGS.epochs, FLAGS.warmup_epochs)
+        job.resuming.epochs_before if raised else FLAGS.epochs,
+        FLAGS.warmup_epochs)
     with _scope(job.strategy):
         model = recipe.build_model(
             FLAGS.model, size, spec.num_classes, FLAGS.bn_momentum,
             spec.channels, FLAGS.resnet_depth, FLAGS.resnet_width)
         if FLAGS.init_weights:
             recipe.load_init_weights(model, FLAGS.init_weights)
-        lr = recipe.schedule(job.peak_lr, per_epoch, FLAGS.epochs,
+        lr = recipe.schedule(job.peak_lr, updates_per_epoch, FLAGS.epochs,
                              job.warmup_epochs, FLAGS.end_learning_rate,
                              FLAGS.poly_power)
+        if raised:
+            from keras_largebatch.train import resume
+
+            before = recipe.schedule(
+                job.peak_lr, updates_per_epoch, job.resuming.epochs_before,
+                job.warmup_epochs, FLAGS.end_learning_rate,
+                FLAGS.poly_power)
+            job.raise_message = resume.raise_message(
+                job.resuming, before, lr, updates_per_epoch)
         optimizer = recipe.build_optimizer(
             FLAGS.optimizer, lr, model, FLAGS.momentum, FLAGS.eta,
             FLAGS.weight_decay, FLAGS.gradient_accumulation_steps)
-        recipe.compile_model(model, optimizer, FLAGS.label_smoothing)
+        recipe.compile_model(model, optimizer, FLAGS.label_smoothing,
+                             top5=spec.num_classes > 10)
     job.model = model
     job.model_dir = FLAGS.model_dir
     return job
@@ -186,26 +209,34 @@ def train(job, start):
     """Creates `model_dir`, fits (resuming), evaluates and writes outputs."""
     import keras
 
+    from keras_largebatch.train import checkpoints
     from keras_largebatch.train import outputs
     from keras_largebatch.train import recipe
+    from keras_largebatch.train import resume
 
     F = job.flags
     out_dir = job.model_dir if job.chief else os.path.join(
         job.model_dir, f"worker_{job.task}")
     os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
-    if job.chief:
+    if job.chief and not job.resuming:
         outputs.write_json(os.path.join(out_dir, "run_config.json"),
                            job.run_config)
-    throughput = outputs.Throughput(F["global_batch_size"])
+    if job.chief and job.resuming and job.resuming.raised:
+        print(f"{PROG}: {job.raise_message}")
+        resume.record_raise(out_dir, job.resuming, job.raise_message)
+    throughput = outputs.Throughput(job.step_batch)
     callbacks = [
-        keras.callbacks.BackupAndRestore(
-            os.path.join(out_dir, "backup"), delete_checkpoint=False),
+        throughput,  # First: adds images_per_sec to the logs the rest see.
+        outputs.EpochScalars(),  # learning_rate, loss_scale
+        outputs.Backup(os.path.join(out_dir, "backup")),
+        resume.step_randomness(F["seed"]),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(out_dir, "checkpoints", "epoch_{epoch:03d}.weights.h5"),
-            save_weights_only=True),
-        throughput,
+        checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
+                                     F["keep_checkpoints"]),
+        keras.callbacks.TensorBoard(
+            os.path.join(out_dir, "tensorboard"), write_graph=False,
+            profile_batch=0),
     ]
     history = job.model.fit(
         job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
@@ -213,13 +244,14 @@ def train(job, start):
         verbose=F["verbose"], shuffle=False,  # tf.data already shuffles.
     )
     epochs_run = len(history.epoch)
-    val_accuracy = float(
-        job.model.evaluate(job.val_ds, verbose=0, return_dict=True)[
-            "accuracy"])
-    outputs.save_weights_atomic(
-        job.model, os.path.join(out_dir, "checkpoints", "final.weights.h5"))
+    val_metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
+    val_accuracy = float(val_metrics["accuracy"])
+    checkpoints.save_final(
+        job.model, os.path.join(out_dir, "checkpoints"), out_dir,
+        job.initial_epoch + epochs_run)
     summary_path = os.path.join(out_dir, "summary.json")
-    images_per_sec = throughput.images_per_sec(job.spec.num_train)
+    images_per_sec = throughput.images_per_sec()
+    images_timed, seconds_timed = throughput.timed()
     previous = {}
     if job.resuming and os.path.exists(summary_path):
         with open(summary_path) as f:
@@ -235,6 +267,9 @@ def train(job, start):
         "epochs_run_now": epochs_run,
         "val_accuracy": val_accuracy,
         "images_per_sec": images_per_sec,
+        # What images_per_sec divides (epochs after the first, this process).
+        "images_timed": images_timed,
+        "train_seconds_timed": seconds_timed,
         # Over every invocation on this model_dir (resumed runs add up).
         "wall_seconds": previous.get("wall_seconds", 0.0) + wall_now,
         "wall_seconds_now": wall_now,
@@ -249,6 +284,8 @@ def train(job, start):
         "num_train": job.spec.num_train,
         "num_validation": job.spec.num_validation,
     }
+    if "top5_accuracy" in val_metrics:
+        summary["top5_accuracy"] = float(val_metrics["top5_accuracy"])
     if job.chief:
         outputs.plot_learning_curves(
             outputs.read_history(os.path.join(out_dir, "history.csv")),
@@ -274,7 +311,52 @@ def _flag_names():
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
         "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
+        "keep_checkpoints", "deterministic", "mode",
+        "num_train_examples", "num_validation_examples",
     ]
+
+
+def _check_sizes(FLAGS, spec, drop_remainder):
+    """Refuses a batch the data cannot fill and a warmup the run never ends.
+
+    The learning rate is scaled for `global_batch_size`, so a batch larger
+    than the training set would train on smaller batches at a rate scaled
+    for the larger one.
+    """
+    batch = FLAGS.global_batch_size
+    if batch > spec.num_train:
+        raise ValueError(
+            f"`global_batch_size` is larger than the {spec.num_train} "
+            f"training images. Received: global_batch_size={batch}")
+    if FLAGS.warmup_epochs is not None and FLAGS.warmup_epochs >= FLAGS.epochs:
+        raise ValueError(
+            f"`warmup_epochs` must be less than `epochs` ({FLAGS.epochs}): "
+            f"the warmup would never end. "
+            f"Received: warmup_epochs={FLAGS.warmup_epochs}")
+    val_batches = (spec.num_validation // batch if drop_remainder
+                   else math.ceil(spec.num_validation / batch))
+    if val_batches < 1:
+        why = (" (batches are full: several replicas drop the remainder)"
+               if drop_remainder else "")
+        raise ValueError(
+            f"The validation set ({spec.num_validation} images) has no "
+            f"batch of `global_batch_size`{why}. "
+            f"Received: global_batch_size={batch}")
+
+
+def _make_deterministic():
+    """Deterministic kernels (what `--deterministic` changes)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    elif backend == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
 
 
 def _check(condition, name, expected):

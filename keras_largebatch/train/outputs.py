@@ -4,9 +4,15 @@
                             val_accuracy, images_per_sec, wall_seconds, ...
     learning_curves.png     loss and accuracy per epoch (train, validation)
     history.csv             one row per epoch, kept across resumed runs
-    run_config.json         the flags of the run (checked when resuming)
-    checkpoints/epoch_NNN.weights.h5, final.weights.h5
-    backup/                 keras.callbacks.BackupAndRestore state (resume)
+    run_config.json         the flags of the first run (checked when resuming)
+    epochs_raised.json      each later raise of --epochs (see resume.py)
+    checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
+                            (see checkpoints.py)
+    backup/                 the state at the last epoch's end (resume; `Backup`)
+    tensorboard/            train/ and validation/ scalars per epoch: loss,
+                            accuracy (top5_accuracy), learning_rate,
+                            loss_scale, images_per_sec
+    eval.json               written by --mode=eval (see evaluate.py)
 
 Nothing is written before every input has been checked; each file is
 written to a temporary name in the same folder and renamed over the old
@@ -21,17 +27,16 @@ import time
 
 import keras
 
-# Flags that must agree with an existing run for it to be resumed.
-RESUME_KEYS = ("model", "dataset", "data_dir", "image_size",
-               "global_batch_size", "optimizer", "num_classes")
-
-
 class OutputError(ValueError):
     """Bad `model_dir` (the command reports it on one line, exit code 2)."""
 
 
 def check_model_dir(model_dir, run_config):
-    """Validates `model_dir` without writing; returns True when resuming."""
+    """Validates `model_dir` without writing.
+
+    Returns a `resume.Resume` when `model_dir` holds a run to resume (every
+    flag checked against it), else None.
+    """
     if not model_dir:
         raise OutputError(
             f"`model_dir` is required. Received: model_dir={model_dir!r}")
@@ -50,19 +55,9 @@ def check_model_dir(model_dir, run_config):
             f"`model_dir` lies under {ancestor!r}, which is not a directory. "
             f"Received: model_dir={model_dir!r}"
         )
-    config_path = os.path.join(model_dir, "run_config.json")
-    if not os.path.exists(config_path):
-        return False
-    with open(config_path) as f:
-        previous = json.load(f)
-    for key in RESUME_KEYS:
-        if previous.get(key) != run_config.get(key):
-            raise OutputError(
-                f"`model_dir` holds a run with {key}={previous.get(key)!r}; "
-                f"it cannot be resumed with {key}={run_config.get(key)!r}. "
-                f"Use another --model_dir. Received: model_dir={model_dir!r}"
-            )
-    return True
+    from keras_largebatch.train import resume
+
+    return resume.check(model_dir, run_config)
 
 
 def write_atomic(path, text):
@@ -80,13 +75,6 @@ def write_atomic(path, text):
 
 def write_json(path, obj):
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def save_weights_atomic(model, path):
-    tmp = os.path.join(os.path.dirname(path),
-                       f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    model.save_weights(tmp)
-    os.replace(tmp, path)
 
 
 def read_history(csv_path):
@@ -132,9 +120,16 @@ def plot_learning_curves(history, path, title=""):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Images per second over the epochs after the first (no compile time).
+    """Images per second: the images the training steps processed.
 
-    With a single epoch in this process, that epoch is used.
+        images_per_sec = sum(steps_e * global_batch_size) / sum(seconds_e)
+
+    over the epochs after the first (which holds the compilation), each
+    timed from its start to its last training step (validation is not
+    counted). With one epoch in this process, that epoch is used. Every
+    step counts a full global batch, also when `--steps_per_epoch` repeats
+    the data. Each epoch's rate goes into the logs as `images_per_sec`
+    (CSV and TensorBoard).
     """
 
     def __init__(self, global_batch_size):
@@ -145,6 +140,7 @@ class Throughput(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
+        self._last = self._start
         self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
@@ -152,17 +148,84 @@ class Throughput(keras.callbacks.Callback):
         self._last = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        # Up to the last training step: validation is not counted.
-        self.epoch_times.append(getattr(self, "_last", self._start)
-                                - self._start)
+        seconds = self._last - self._start
+        self.epoch_times.append(seconds)
         self.epoch_steps.append(self._steps)
+        if logs is not None and seconds > 0:
+            logs["images_per_sec"] = (
+                self._steps * self.global_batch_size / seconds)
 
-    def images_per_sec(self, num_train):
-        if not self.epoch_times:
-            return None
+    def timed(self):
+        """(images, seconds) over the epochs the rate is computed from."""
         skip = 1 if len(self.epoch_times) > 1 else 0
-        seconds = sum(self.epoch_times[skip:])
         steps = sum(self.epoch_steps[skip:])
-        images = min(steps * self.global_batch_size,
-                     num_train * len(self.epoch_times[skip:]))
+        return steps * self.global_batch_size, sum(self.epoch_times[skip:])
+
+    def images_per_sec(self):
+        images, seconds = self.timed()
         return images / seconds if seconds > 0 else None
+
+
+class Backup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` at each epoch's end, atomic, with the seed states.
+
+    The weights file and `training_metadata.json` are each written under a
+    temporary name and renamed, the metadata last: a run killed while
+    saving resumes from the previous epoch. The metadata also holds the
+    state of every `SeedGenerator` in the model (dropout), which weights
+    files leave out, so that a resumed run draws the masks an uninterrupted
+    run would draw.
+    """
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, save_freq="epoch",
+                         delete_checkpoint=False)
+
+    def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        tmp = os.path.join(self.backup_dir,
+                           f".tmp-{os.getpid()}-latest.weights.h5")
+        self.model.save_weights(tmp)
+        os.replace(tmp, self._weights_path)
+        write_json(self._training_metadata_path, {
+            "epoch": self._current_epoch,
+            "batch": self._last_batch_seen,
+            "seed_states": [s.numpy().tolist()
+                            for s in seed_states(self.model)],
+        })
+
+    def _load_model(self):
+        super()._load_model()
+        if not os.path.exists(self._training_metadata_path):
+            return
+        with open(self._training_metadata_path) as f:
+            saved = json.load(f).get("seed_states", [])
+        states = seed_states(self.model)
+        if len(saved) == len(states):
+            for state, value in zip(states, saved):
+                state.assign(value)
+
+
+def seed_states(model):
+    """The state variables of the model's `SeedGenerator`s, in layer order."""
+    return [generator.state
+            for layer in model._flatten_layers(include_self=True)
+            for generator in getattr(layer, "_seed_generators", [])]
+
+
+class EpochScalars(keras.callbacks.Callback):
+    """Adds `learning_rate` and `loss_scale` to each epoch's logs.
+
+    The rate is the schedule's at the optimizer's step; the loss scale is
+    the dynamic scale of a loss-scaling optimizer, 1 without one.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        optimizer = self.model.optimizer
+        logs["learning_rate"] = float(
+            keras.ops.convert_to_numpy(optimizer.learning_rate))
+        scale = getattr(optimizer, "dynamic_scale", None)
+        logs["loss_scale"] = float(
+            keras.ops.convert_to_numpy(scale)) if scale is not None else 1.0

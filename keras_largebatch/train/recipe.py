@@ -197,11 +197,16 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
                weight_decay=weight_decay, **kwargs)
 
 
-def compile_model(model, optimizer, label_smoothing=0.0):
+def compile_model(model, optimizer, label_smoothing=0.0, top5=False):
+    """Cross-entropy, accuracy and, with `top5`, top-5 accuracy."""
+    metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
+    if top5:
+        metrics.append(keras.metrics.TopKCategoricalAccuracy(
+            k=5, name="top5_accuracy"))
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(
             label_smoothing=label_smoothing),
-        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+        metrics=metrics,
     )
     return model

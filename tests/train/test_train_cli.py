@@ -14,7 +14,8 @@ from keras_largebatch.train import main as train_main
 
 BACKEND = keras.backend.backend()
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
-        "--steps_per_epoch=2", "--verbose=0", "--augment=none"]
+        "--steps_per_epoch=2", "--verbose=0", "--augment=none",
+        "--warmup_epochs=0"]
 
 
 def _run(*args):
@@ -82,7 +83,7 @@ BAD_INPUTS = {
     "resume_with_another_model": (
         lambda t: ["--model=resnet50", "--image_size=32",
                    "--dataset=synthetic", "--num_classes=10"],
-        "cannot be resumed"),
+        "differs from the run"),
 }
 
 

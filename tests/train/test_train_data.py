@@ -105,13 +105,14 @@ def test_tfrecord_labels_are_one_based_like_the_models_garden(tmp_path):
     _write_records(str(tmp_path / "validation-00000-of-00001"),
                    [(50 * c, c) for c in (4, 1)])
     spec = data.load("tfrecord", image_size=8, data_dir=str(tmp_path),
-                     num_classes=4)
+                     num_classes=4, num_examples=(8, 2))
     assert (spec.num_train, spec.num_validation, spec.num_classes) == (8, 2, 4)
     x, y = _all(spec.validation)
     np.testing.assert_array_equal(y.argmax(1), [3, 0])
     np.testing.assert_allclose(x.mean(axis=(1, 2, 3)),
                                [200 / 255, 50 / 255], atol=2 / 255)
-    x, y = _all(spec.train)
+    x, y = _all(spec.train_for_epoch(0, 0))
+    assert len(x) == 8
     np.testing.assert_allclose(x.mean(axis=(1, 2, 3)),
                                50 * (y.argmax(1) + 1) / 255, atol=2 / 255)
 

@@ -1,0 +1,169 @@
+"""Input pipeline throughput: decoded, augmented images/s per CPU core.
+
+ImageNet-format TFRecord shards of synthetic JPEGs at ImageNet's typical
+sizes (about 500x375, quality 90) are written to a temporary folder, then
+read by:
+
+- `train`: the command's training pipeline (`imagenet.read` + random-
+  resized crop decoded with `tf.io.decode_and_crop_jpeg` + resize + flip);
+- `eval`: its evaluation pipeline (center crop of 224/256, resize);
+- `decode+resize`: the plain baseline, the whole JPEG decoded
+  (`tf.io.decode_jpeg`) and resized to a square.
+
+each at 224x224 and at the command's default small size (67), with
+tf.data's private thread pool at 1 and at all cores. Images/s per core is
+images/s divided by the threads. The load average (other jobs on the
+machine) is recorded: on a shared machine the numbers are lower bounds.
+
+    python bench/input_pipeline.py [--images 384] [--sizes 224,67]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+from keras_largebatch.train import imagenet
+
+SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
+          (500, 500), (281, 500), (375, 500)]
+
+
+def _photo_like(rng, height, width):
+    # Smooth shapes plus mild noise: JPEGs of ~100 KB at ImageNet sizes,
+    # close to real photos' (noise alone compresses far worse).
+    y, x = np.mgrid[0:height, 0:width] / max(height, width)
+    image = np.zeros((height, width, 3))
+    for c in range(3):
+        f = rng.uniform(2, 9, size=2)
+        image[..., c] = 128 + 90 * np.sin(f[0] * x * 6 + c) * np.cos(
+            f[1] * y * 6 - c)
+    image += rng.normal(0, 12, image.shape)
+    return np.clip(image, 0, 255).astype("uint8")
+
+
+def write_shards(folder, num_images, num_files=4):
+    rng = np.random.default_rng(0)
+    sizes = []
+    per_file = -(-num_images // num_files)
+    for i in range(num_files):
+        path = os.path.join(folder, f"train-{i:05d}-of-{num_files:05d}")
+        with tf.io.TFRecordWriter(path) as writer:
+            for j in range(per_file):
+                h, w = SHAPES[(i * per_file + j) % len(SHAPES)]
+                encoded = tf.io.encode_jpeg(_photo_like(rng, h, w),
+                                            quality=90).numpy()
+                sizes.append(len(encoded))
+                example = tf.train.Example(features=tf.train.Features(
+                    feature={
+                        "image/encoded": tf.train.Feature(
+                            bytes_list=tf.train.BytesList(value=[encoded])),
+                        "image/class/label": tf.train.Feature(
+                            int64_list=tf.train.Int64List(value=[1 + j % 5])),
+                    }))
+                writer.write(example.SerializeToString())
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder)), sizes
+
+
+def pipeline(kind, paths, size):
+    records = imagenet.read(paths, 1000)
+    if kind == "train":
+        def fn(i, record):
+            encoded, label = imagenet.parse(record, 1000)
+            seed = tf.random.experimental.stateless_fold_in(
+                tf.constant([0, 1], "int64"), i)
+            return imagenet.decode_train(encoded, size, seed), label
+        return records.enumerate().map(fn, num_parallel_calls=tf.data.AUTOTUNE)
+    if kind == "eval":
+        def fn(record):
+            encoded, label = imagenet.parse(record, 1000)
+            return imagenet.decode_eval(encoded, size), label
+    else:
+        def fn(record):
+            encoded, label = imagenet.parse(record, 1000)
+            image = tf.io.decode_jpeg(encoded, channels=3)
+            return tf.image.resize(image, (size, size)) / 255.0, label
+    return records.map(fn, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def images_per_sec(kind, paths, size, threads, repeats=2):
+    ds = pipeline(kind, paths, size).batch(32)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    ds = ds.with_options(options)
+    for _ in ds.take(1):  # Warm up: trace, open files.
+        pass
+    best = 0.0
+    for _ in range(repeats):
+        start, count = time.perf_counter(), 0
+        for x, _ in ds:
+            count += int(x.shape[0])
+        best = max(best, count / (time.perf_counter() - start))
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=384)
+    parser.add_argument("--sizes", default="224,67")
+    args = parser.parse_args()
+    cores = os.cpu_count()
+    load_before = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        paths, jpeg_bytes = write_shards(folder, args.images)
+        for size in [int(s) for s in args.sizes.split(",")]:
+            for kind in ("train", "eval", "decode+resize"):
+                for threads in sorted({1, cores}):
+                    rate = images_per_sec(kind, paths, size, threads)
+                    rows.append({"pipeline": kind, "size": size,
+                                 "threads": threads, "images_per_sec": rate,
+                                 "per_core": rate / threads})
+                    print(rows[-1], file=sys.stderr)
+    load_after = os.getloadavg()
+    machine = (f"{platform.processor() or platform.machine()}, {cores} "
+               f"CPU cores, no GPU")
+    print(f"\nMachine: {machine}; TensorFlow {tf.__version__}; "
+          f"{len(jpeg_bytes)} JPEGs, mean {np.mean(jpeg_bytes) / 1e3:.0f} KB; "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} "
+          f"after\n")
+    print("| pipeline | size | threads | images/s | images/s per core |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['pipeline']} | {r['size']} | {r['threads']} | "
+              f"{r['images_per_sec']:.0f} | {r['per_core']:.0f} |")
+    train_224 = max(r["per_core"] for r in rows
+                    if r["pipeline"] == "train" and r["size"] == 224)
+    print(f"\nAn H100 at 6,500 images/s (ResNet-50, 224x224) needs "
+          f"{6500 / train_224:.0f} such cores for the training pipeline.")
+    out = {
+        "machine": machine,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
+        "command": "python " + " ".join(sys.argv),
+        "tensorflow": tf.__version__,
+        "jpegs": len(jpeg_bytes),
+        "mean_jpeg_bytes": float(np.mean(jpeg_bytes)),
+        "load_average_before_after": [load_before[0], load_after[0]],
+        "rows": rows,
+        "cores_for_6500_images_per_sec_at_224": 6500 / train_224,
+    }
+    path = os.path.join(os.path.dirname(__file__), "results",
+                        "input_pipeline.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

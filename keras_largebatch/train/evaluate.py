@@ -1,0 +1,74 @@
+"""`--mode=eval`: the latest checkpoint of a run on its validation set.
+
+    keras-largebatch-train --model_dir runs/default --mode=eval
+
+Flags not given on the command line take the run's values (its
+`run_config.json`, and `epochs_raised.json`), so the model, data and
+preprocessing are the run's; flags that are given must still agree with
+the run, as for resuming. Writes `model_dir/eval.json`:
+
+    {"checkpoint": "checkpoints/epoch_006.weights.h5", "epoch": 6,
+     "val_accuracy": ..., "val_loss": ..., "top5_accuracy": ... (> 10
+     classes), "num_validation": ..., "backend": ...}
+"""
+
+import json
+import os
+import re
+
+PROG = "keras-largebatch-train"
+
+
+def flags_from_run(FLAGS):
+    """Sets every flag not given on the command line to the run's value."""
+    from keras_largebatch.train import resume
+
+    model_dir = FLAGS.model_dir
+    path = os.path.join(model_dir or "", "run_config.json")
+    if not model_dir or not os.path.isfile(path):
+        raise ValueError(
+            "`mode=eval` needs a run in `model_dir` (no run_config.json "
+            f"there). Received: model_dir={model_dir!r}")
+    with open(path) as f:
+        config = json.load(f)
+    raised = os.path.join(model_dir, resume.RAISES_FILE)
+    if os.path.exists(raised):
+        with open(raised) as f:
+            config["epochs"] = json.load(f)[-1]["epochs"]
+    for name, value in config.items():
+        if name in FLAGS and name not in ("mode", "model_dir") \
+                and not FLAGS[name].present:
+            FLAGS[name].value = value
+
+
+def evaluate(job):
+    """Evaluates the latest checkpoint; writes eval.json; returns 0."""
+    import keras
+
+    from keras_largebatch.train import checkpoints
+    from keras_largebatch.train import outputs
+
+    folder = os.path.join(job.model_dir, "checkpoints")
+    path = checkpoints.latest(folder)
+    if path is None:
+        raise ValueError(
+            "`mode=eval` found no checkpoint in `model_dir`/checkpoints. "
+            f"Received: model_dir={job.model_dir!r}")
+    checkpoints.weights_only(job.model).load_weights(path)
+    metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
+    match = re.search(r"epoch_(\d+)", os.path.basename(path))
+    result = {
+        "checkpoint": os.path.relpath(path, job.model_dir),
+        "epoch": int(match.group(1)) if match else None,
+        "val_accuracy": float(metrics["accuracy"]),
+        "val_loss": float(metrics["loss"]),
+        "num_validation": job.spec.num_validation,
+        "backend": keras.backend.backend(),
+    }
+    if "top5_accuracy" in metrics:
+        result["top5_accuracy"] = float(metrics["top5_accuracy"])
+    where = os.path.join(job.model_dir, "eval.json")
+    outputs.write_json(where, result)
+    print(f"{PROG}: val_accuracy={result['val_accuracy']:.4f} "
+          f"({result['checkpoint']}) -> {where}")
+    return 0

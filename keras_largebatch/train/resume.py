@@ -1,0 +1,136 @@
+"""Resuming a run in its `model_dir`: what may change, and how.
+
+A run is resumed from `backup/` (the state at the end of its last finished
+epoch; an epoch interrupted half-way is replayed from its start, with the
+same data and augmentation, see `data.batch`). Every flag must match the
+original run's `run_config.json`, except:
+
+- the flags in `FREE`, which change neither the model, the data, the
+  schedule nor the optimizer (output, logging, the device set-up);
+- `--epochs`, which may be raised to train on. The warmup is kept and the
+  polynomial decay is stretched to end at the new last epoch: from the
+  restored step on, the rate follows the schedule of a run planned for the
+  new number of epochs (so it rises from where the shorter schedule had
+  brought it). The command says so, with the rates before and after.
+
+`run_config.json` keeps the original flags; each raise of `--epochs` is
+recorded in `epochs_raised.json`, and the latest raise is the number of
+epochs a later resume is checked against.
+"""
+
+import dataclasses
+import json
+import os
+
+FREE = ("model_dir", "verbose", "check_images", "distribution",
+        "keep_checkpoints", "mode", "deterministic")
+RAISES_FILE = "epochs_raised.json"
+BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
+
+
+class ResumeError(ValueError):
+    """A flag that differs from the run being resumed (exit code 2)."""
+
+
+@dataclasses.dataclass
+class Resume:
+    """What resuming `model_dir` means for this invocation."""
+
+    original: dict          # run_config.json, as the first run wrote it
+    epochs_before: int      # the epochs the run was last set to train for
+    epochs: int             # --epochs now
+    finished_epochs: int    # epochs in backup/ (0 before the first ends)
+    raises: list            # the records of epochs_raised.json
+
+    @property
+    def raised(self):
+        return self.epochs > self.epochs_before
+
+
+def check(model_dir, run_config):
+    """Returns `Resume`, or None for a new run; raises `ResumeError`."""
+    config_path = os.path.join(model_dir, "run_config.json")
+    if not os.path.exists(config_path):
+        return None
+    original = _read(config_path)
+    raises = _read(os.path.join(model_dir, RAISES_FILE), [])
+    epochs_before = raises[-1]["epochs"] if raises else original["epochs"]
+    for key, old in original.items():
+        new = run_config.get(key)
+        if key in FREE or key == "epochs" or old == new:
+            continue
+        if isinstance(old, (int, float)) and isinstance(new, (int, float)) \
+                and not isinstance(old, bool) and float(old) == float(new):
+            continue
+        raise ResumeError(
+            f"`{key}` differs from the run in `model_dir`, which has "
+            f"{key}={old!r}; resuming with {key}={new!r} would change the "
+            f"model, data, schedule or optimizer. Use the same value or "
+            f"another --model_dir. Received: {key}={new!r}")
+    epochs = run_config["epochs"]
+    if epochs < epochs_before:
+        raise ResumeError(
+            f"`epochs` can only be raised when resuming: the run in "
+            f"`model_dir` trains for epochs={epochs_before}; fewer would "
+            f"change its schedule. Received: epochs={epochs}")
+    metadata = _read(os.path.join(model_dir, BACKUP_METADATA), {})
+    return Resume(original, epochs_before, epochs,
+                  int(metadata.get("epoch", 0)), raises)
+
+
+def record_raise(model_dir, resume, message):
+    """Appends this raise of `--epochs` to `epochs_raised.json`."""
+    from keras_largebatch.train import outputs
+
+    entry = {"epochs": resume.epochs, "from_epochs": resume.epochs_before,
+             "at_epoch": resume.finished_epochs, "schedule": message}
+    outputs.write_json(os.path.join(model_dir, RAISES_FILE),
+                       resume.raises + [entry])
+
+
+def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):
+    """One line: how raising `--epochs` extends the schedule."""
+    step = resume.finished_epochs * steps_per_epoch
+    before = float(old_schedule(step))
+    after = float(new_schedule(step))
+    return (
+        f"--epochs raised from {resume.epochs_before} to {resume.epochs}: "
+        f"warmup kept, polynomial decay stretched to end at epoch "
+        f"{resume.epochs} (step {resume.epochs * steps_per_epoch} instead "
+        f"of {resume.epochs_before * steps_per_epoch}); at the restored "
+        f"step {step} (epoch {resume.finished_epochs}) the learning rate "
+        f"goes from {before:.4g} to {after:.4g}")
+
+
+def _read(path, default=None):
+    if not os.path.exists(path):
+        return default
+    with open(path) as f:
+        return json.load(f)
+
+
+def step_randomness(seed):
+    """A callback that reseeds torch's global generator before each step.
+
+    Under torch, Keras' `Dropout` without a seed of its own draws from
+    torch's global generator, which no checkpoint holds (and which the
+    first epoch of a process consumes differently); seeding it from
+    `(seed, epoch, step)` makes a replayed epoch draw what the original
+    drew. (Layers' own `SeedGenerator` states travel in the backup.)
+    """
+    import keras
+    import numpy as np
+
+    class StepRandomness(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if keras.backend.backend() == "torch":
+                import torch
+
+                words = np.random.SeedSequence(
+                    [seed, self.epoch, batch]).generate_state(2)
+                torch.manual_seed(int(words[0]) << 32 | int(words[1]))
+
+    return StepRandomness()
