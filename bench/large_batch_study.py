@@ -1,13 +1,14 @@
 """Large-batch study: does LARS hold accuracy where SGD loses it?
 
-One model and data set (by default ResNet-8 of width 8 on Fashion-MNIST),
+One model and data set (by default ResNet-8 of width 4 on Fashion-MNIST),
 a small batch B and a large batch `factor` x B, each optimizer with its
 recipe (SGD: Goyal et al.'s linear rule and warmup; LARSMixed: MLPerf's
 table). Three phases, every run one `keras-largebatch-train` process:
 
 1. short budget (`--short_epochs`): for each (optimizer, batch) a sweep of
    `--rates` peak rates, log-spaced around the recipe's default by factors
-   of `--rate_step`; the recipe's warmup is kept;
+   of `--rate_step`, extended by up to `--extend` rates while the best one
+   is at an edge; the recipe's warmup is kept;
 2. the best rate of each (optimizer, batch) again with a second seed;
 3. long budget (`--long_epochs`): the best short-budget rate of each
    (optimizer, batch), once.
@@ -123,7 +124,9 @@ def plan(args, runs):
     def sweep(optimizer, batch):
         default, warmup = recipe_default(optimizer, batch, args.short_epochs)
         rates = sweep_rates(default, args.rates, args.rate_step)
-        rates.sort(key=lambda r: abs(math.log(r / default)) + 1e-3 * (r < default))
+        # The default first, then lower rates before higher ones (a rate
+        # that diverges is the likelier failure at a large batch).
+        rates.sort(key=lambda r: abs(math.log(r / default)) + 1e-3 * (r > default))
         return [dict(phase="short", optimizer=optimizer, batch=batch,
                      epochs=args.short_epochs, rate=rate, seed=0,
                      default_rate=default, warmup_epochs=warmup)
@@ -140,9 +143,33 @@ def plan(args, runs):
                      seed=1 if phase == "seed" else 0,
                      default_rate=top["default_rate"], warmup_epochs=warmup)]
 
+    def extend(optimizer, batch):
+        # A best rate at the edge of the sweep is not bracketed: go one
+        # step further that way, up to `--extend` times.
+        for _ in range(args.extend):
+            pool = [r for r in runs if r["phase"] == "short" and r["seed"] == 0
+                    and r["optimizer"] == optimizer and r["batch"] == batch]
+            if not pool:
+                return
+            rates = sorted(r["rate"] for r in pool)
+            top = best(runs, "short", optimizer, batch)
+            if top["rate"] == rates[0]:
+                rate = rates[0] / args.rate_step
+            elif top["rate"] == rates[-1]:
+                rate = rates[-1] * args.rate_step
+            else:
+                return
+            _, warmup = recipe_default(optimizer, batch, args.short_epochs)
+            yield dict(phase="short", optimizer=optimizer, batch=batch,
+                       epochs=args.short_epochs, rate=rate, seed=0,
+                       default_rate=top["default_rate"], warmup_epochs=warmup)
+
     for group in zip(*(sweep(o, large) for o in args.optimizers)):
         yield from group
+    for optimizer in args.optimizers:
+        yield from extend(optimizer, large)
     yield from sweep(first, small)
+    yield from extend(first, small)
     for optimizer, batch in [(first, small)] + [(o, large) for o in others] + [
             (first, large)]:
         yield from follow("long", optimizer, batch)
@@ -151,11 +178,13 @@ def plan(args, runs):
         yield from follow("seed", optimizer, batch)
     for optimizer in others:
         yield from sweep(optimizer, small)
+        yield from extend(optimizer, small)
         yield from follow("seed", optimizer, small)
         yield from follow("long", optimizer, small)
     for factor in args.factors[1:]:
         for optimizer in args.optimizers:
             yield from sweep(optimizer, small * factor)
+            yield from extend(optimizer, small * factor)
             yield from follow("seed", optimizer, small * factor)
             yield from follow("long", optimizer, small * factor)
 
@@ -290,6 +319,9 @@ def main():
     parser.add_argument("--long_epochs", type=int, default=24)
     parser.add_argument("--rates", type=int, default=4)
     parser.add_argument("--rate_step", type=float, default=2.0)
+    parser.add_argument(
+        "--extend", type=int, default=2,
+        help="extra rates beyond a sweep whose best rate is at its edge")
     parser.add_argument("--weight_decay", type=float, default=5e-4)
     parser.add_argument("--label_smoothing", type=float, default=0.1)
     parser.add_argument("--bn_momentum", type=float, default=0.9)
