@@ -18,7 +18,7 @@ DATASETS = (
     "cifar10",
     "cifar100",
 )
-OPTIMIZERS = ("lars_mixed", "lars", "sgd")
+OPTIMIZERS = ("lars_mixed", "lars", "lamb_mixed", "lamb", "sgd")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 DISTRIBUTIONS = ("none", "multi_worker", "data_parallel")
 
@@ -68,8 +68,8 @@ def define_flags():
     flags.DEFINE_float(
         "base_learning_rate", 0.0,
         "Rate at --base_batch_size, scaled by --lr_scaling to the global "
-        "batch; 0 means 0.1 for sgd and 2.0 for lars and lars_mixed. Not "
-        "used by --lr_scaling=mlperf.",
+        "batch; 0 means 0.1 for sgd, 2.0 for lars and lars_mixed, 0.002 for "
+        "lamb and lamb_mixed. Not used by --lr_scaling=mlperf.",
     )
     flags.DEFINE_integer("base_batch_size", 256, "Batch of the base rate.")
     flags.DEFINE_enum(
@@ -77,7 +77,8 @@ def define_flags():
         "The peak rate: mlperf is MLPerf's LARS table by global batch (10 "
         "below 16K, 25 below 32K, 31.2 above); linear (Goyal et al.) and "
         "sqrt scale --base_learning_rate; none uses it as the peak. auto: "
-        "mlperf for lars and lars_mixed, linear for sgd.",
+        "mlperf for lars and lars_mixed, linear for sgd, sqrt for lamb and "
+        "lamb_mixed.",
     )
     flags.DEFINE_float(
         "warmup_epochs", None,

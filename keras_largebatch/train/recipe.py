@@ -10,7 +10,8 @@ The peak learning rate comes from one of these rules (`--lr_scaling`):
 - `linear` (the default for SGD): Goyal et al. (arXiv:1706.02677), a base
   rate tuned at `base_batch_size` (0.1 per 256 for SGD) times
   `global_batch / base_batch_size`, with 5 of 90 epochs of warmup.
-- `sqrt` (Krizhevsky, arXiv:1404.5997) and `none` (the base rate is the
+- `sqrt` (Krizhevsky, arXiv:1404.5997; the default for LAMB, 0.002 per
+  256, as You et al. 2019 scale it) and `none` (the base rate is the
   peak) for sweeps.
 
 Then `WarmupPolynomialDecay`: linear warmup, then `(1 - t) ** power` decay
@@ -35,7 +36,8 @@ MIN_IMAGE_SIZE = {
     "resnet50_v1_5": applications.resnet.MIN_SIZE,
     "resnet_cifar": applications.resnet_cifar.MIN_SIZE,
 }
-DEFAULT_BASE_LR = {"sgd": 0.1, "lars": 2.0, "lars_mixed": 2.0}
+DEFAULT_BASE_LR = {"sgd": 0.1, "lars": 2.0, "lars_mixed": 2.0,
+                   "lamb": 0.002, "lamb_mixed": 0.002}
 SGD_WARMUP_FRACTION = 5 / 90  # Goyal et al.: 5 of 90 epochs.
 
 
@@ -118,10 +120,13 @@ def load_init_weights(model, path):
 
 
 def lr_rule(optimizer, scaling="auto"):
-    """`--lr_scaling` resolved: `auto` is mlperf for LARS, linear for SGD."""
+    """`--lr_scaling` resolved: `auto` is mlperf for LARS, linear for SGD,
+    sqrt for LAMB (You et al. 2019 scale LAMB's rate with the square root
+    of the batch)."""
     if scaling != "auto":
         return scaling
-    return "linear" if optimizer == "sgd" else "mlperf"
+    return {"sgd": "linear", "lamb": "sqrt", "lamb_mixed": "sqrt"}.get(
+        optimizer, "mlperf")
 
 
 def peak_learning_rate(optimizer, base_learning_rate, global_batch_size,
@@ -129,11 +134,11 @@ def peak_learning_rate(optimizer, base_learning_rate, global_batch_size,
     """The peak rate of the schedule under `lr_rule(optimizer, scaling)`."""
     rule = lr_rule(optimizer, scaling)
     if rule == "mlperf":
-        if optimizer == "sgd":
+        if optimizer not in ("lars", "lars_mixed"):
             raise ValueError(
-                "`lr_scaling=mlperf` is MLPerf's LARS table; SGD uses linear "
-                "(Goyal et al.), sqrt or none. Received: lr_scaling=mlperf, "
-                "optimizer=sgd")
+                "`lr_scaling=mlperf` is MLPerf's LARS table; other optimizers "
+                "use linear (Goyal et al.), sqrt or none. Received: "
+                f"lr_scaling=mlperf, optimizer={optimizer}")
         if base_learning_rate:
             raise ValueError(
                 "`base_learning_rate` is not used by lr_scaling=mlperf (the "
@@ -171,7 +176,8 @@ def schedule(peak, steps_per_epoch, epochs, warmup_epochs,
 
 def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
                     weight_decay=0.0, gradient_accumulation_steps=1):
-    """SGD (decay filtered), LARS or LARSMixed; bias/BN never decayed.
+    """SGD (decay filtered), LARS, LARSMixed, LAMB or LAMBMixed; bias/BN
+    never decayed (nor adapted by the layer-wise ones).
 
     With `gradient_accumulation_steps > 1` the optimizer averages that many
     batches' gradients before each update, as Keras' optimizers do.
@@ -186,12 +192,16 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
         if weight_decay:
             keras_largebatch.exclude_bias_and_norm(opt, model)
         return opt
+    if name in ("lamb", "lamb_mixed"):
+        cls = keras_largebatch.LAMB if name == "lamb" else (
+            keras_largebatch.LAMBMixed)
+        return cls(learning_rate, weight_decay=weight_decay, **kwargs)
     cls = {"lars": keras_largebatch.LARS,
            "lars_mixed": keras_largebatch.LARSMixed}.get(name)
     if cls is None:
         raise ValueError(
-            "`optimizer` must be one of lars_mixed, lars, sgd. "
-            f"Received: optimizer={name!r}"
+            "`optimizer` must be one of lars_mixed, lars, lamb_mixed, lamb, "
+            f"sgd. Received: optimizer={name!r}"
         )
     return cls(learning_rate, momentum=momentum, eta=eta,
                weight_decay=weight_decay, **kwargs)

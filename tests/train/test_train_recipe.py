@@ -164,3 +164,17 @@ def test_resnet_cifar_keeps_the_data_size_and_channels():
     model = recipe.build_model("resnet_cifar", 28, 10, 0.9, channels=1,
                                depth=8, width=4)
     assert model.input_shape == (None, 28, 28, 1)
+
+
+@pytest.mark.parametrize("name,cls", [("lamb", "LAMB"),
+                                      ("lamb_mixed", "LAMBMixed")])
+def test_lamb_optimizers_are_built_with_sqrt_scaling(name, cls):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    opt = recipe.build_optimizer(name, 0.01, model, weight_decay=1e-4)
+    assert isinstance(opt, getattr(keras_largebatch, cls))
+    inner = getattr(opt, "inner_optimizer", opt)
+    assert inner.get_config()["weight_decay"] == 1e-4
+    assert recipe.lr_rule(name) == "sqrt"
+    assert recipe.peak_learning_rate(name, 0.0, 1024) == pytest.approx(0.004)
+    with pytest.raises(ValueError, match="optimizer=" + name):
+        recipe.peak_learning_rate(name, 0.0, 1024, scaling="mlperf")
