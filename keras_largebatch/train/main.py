@@ -164,8 +164,6 @@ def prepare(FLAGS):
         spec, job.step_batch, augmenter, FLAGS.seed, drop,
         steps_per_epoch=FLAGS.steps_per_epoch or None, epochs=FLAGS.epochs,
         initial_epoch=min(job.initial_epoch, FLAGS.epochs - 1))
-    # The schedule counts optimizer updates, one per `accumulation` batches.
-    updates_per_epoch = per_epoch / accumulation
 
     job.peak_lr = recipe.peak_learning_rate(
         FLAGS.optimizer, FLAGS.base_learning_rate, FLAGS.global_batch_size,
@@ -183,18 +181,20 @@ def prepare(FLAGS):
             spec.channels, FLAGS.resnet_depth, FLAGS.resnet_width)
         if FLAGS.init_weights:
             recipe.load_init_weights(model, FLAGS.init_weights)
-        lr = recipe.schedule(job.peak_lr, updates_per_epoch, FLAGS.epochs,
+        # Keras calls a schedule with its step counter, which counts
+        # batches, not updates, under gradient accumulation.
+        lr = recipe.schedule(job.peak_lr, per_epoch, FLAGS.epochs,
                              job.warmup_epochs, FLAGS.end_learning_rate,
                              FLAGS.poly_power)
         if raised:
             from keras_largebatch.train import resume
 
             before = recipe.schedule(
-                job.peak_lr, updates_per_epoch, job.resuming.epochs_before,
+                job.peak_lr, per_epoch, job.resuming.epochs_before,
                 job.warmup_epochs, FLAGS.end_learning_rate,
                 FLAGS.poly_power)
             job.raise_message = resume.raise_message(
-                job.resuming, before, lr, updates_per_epoch)
+                job.resuming, before, lr, per_epoch)
         optimizer = recipe.build_optimizer(
             FLAGS.optimizer, lr, model, FLAGS.momentum, FLAGS.eta,
             FLAGS.weight_decay, FLAGS.gradient_accumulation_steps)
