@@ -75,7 +75,8 @@ def define_flags():
     flags.DEFINE_enum(
         "lr_scaling", "auto", ("auto", "mlperf", "linear", "sqrt", "none"),
         "The peak rate: mlperf is MLPerf's LARS table by global batch (10 "
-        "below 16K, 25 below 32K, 31.2 above); linear (Goyal et al.) and "
+        "below 16K, 25 below 32K, 31.2 above; 10 * sqrt(batch / 4096) below "
+        "4096); linear (Goyal et al.) and "
         "sqrt scale --base_learning_rate; none uses it as the peak. auto: "
         "mlperf for lars and lars_mixed, linear for sgd, sqrt for lamb and "
         "lamb_mixed.",

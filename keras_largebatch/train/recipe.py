@@ -4,7 +4,8 @@ The peak learning rate comes from one of these rules (`--lr_scaling`):
 
 - `mlperf` (the default for LARS and LARSMixed): MLPerf's reference LARS
   table, a function of the global batch alone (`mlperf_lars_rate`: 10 below
-  16K, 25 below 32K, 31.2 above), with its warmup kept as the same fraction
+  16K, 25 below 32K, 31.2 above; below 4,096, the smallest batch it ran,
+  `10 * sqrt(batch / 4096)`), with its warmup kept as the same fraction
   of the run (5 of 42 ImageNet epochs below 32K, 25 of 90 above), so an
   8-epoch run on a small data set warms up for 8 * 5 / 42 = 0.95 epochs.
 - `linear` (the default for SGD): Goyal et al. (arXiv:1706.02677), a base

@@ -1,5 +1,6 @@
 """Fashion-MNIST from IDX files: offline first, the published split."""
 
+import csv
 import gzip
 import os
 import struct
@@ -148,8 +149,18 @@ def test_command_trains_resnet_cifar_on_fashion_mnist_files(tmp_path):
             "--augment=none", f"--model_dir={tmp_path / 'run'}"]
     assert train_main.main(args) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    # MLPerf's table below 16K; its warmup is 5/42 of the run.
-    assert summary["peak_learning_rate"] == 10.0
+    # MLPerf's table (10 at 4,096), by the square root below 4,096; its
+    # warmup is 5/42 of the run.
+    peak = 10.0 * (32 / 4096) ** 0.5
+    assert summary["peak_learning_rate"] == pytest.approx(peak)
     assert summary["lr_rule"] == "mlperf"
     assert summary["warmup_epochs"] == pytest.approx(2 * 5 / 42)
     assert summary["image_size"] == 28 and summary["num_train"] == 64
+    # Keras calls the schedule with its batch counter: 4 batches of 16 an
+    # epoch, 8 in all, warmup round(4 * 2 * 5 / 42) = 1 batch. After epoch
+    # 1 (batch 4) the rate is 1e-4 + (peak - 1e-4) * (1 - 3 / 7) ** 2; a
+    # schedule counted in updates (2 an epoch) would already be at 1e-4.
+    with open(tmp_path / "run" / "history.csv") as f:
+        rates = [float(row["learning_rate"]) for row in csv.DictReader(f)]
+    expected = 1e-4 + (peak - 1e-4) * (1 - 3 / 7) ** 2
+    assert rates[0] == pytest.approx(expected, rel=1e-5)
