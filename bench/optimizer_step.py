@@ -1,9 +1,16 @@
-"""Optimizer step time on ResNet-50's 214 variables: LARS, LARSMixed, SGD.
+"""Optimizer step time on ResNet-50's 214 variables: LARS, LAMB and their
+mixed variants against their Keras baselines.
+
+Baselines: LARS against SGD(momentum=0.9); LARSMixed against Keras'
+LossScaleOptimizer(SGD(momentum=0.9)); LAMB against Adam; LAMBMixed against
+LossScaleOptimizer(Adam). The loss-scaled optimizers get loss-scaled
+gradients (times their initial scale, 2**15).
 
 Each backend runs in its own process (Keras fixes the backend at import).
 Per backend, the step is run the way that backend's trainer runs it:
 TensorFlow `apply` inside `tf.function` (and with XLA), JAX a jitted
-`stateless_apply` with donated buffers, torch eager `apply`. Also reports the
+`stateless_apply` with the state donated as Keras' trainer donates it, torch
+eager `apply`. Also reports the
 floor: a minimal jitted JAX LARS (norms, then one fused update) against a
 minimal jitted JAX SGD; LARS must read every weight and gradient once more
 for the norms, so no implementation gets below that ratio.
@@ -15,6 +22,7 @@ Prints a Markdown table and writes bench/results/optimizer_step.json.
 """
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -28,17 +36,25 @@ RESULTS = os.path.join(HERE, "results", "optimizer_step.json")
 
 
 def _median_ms(fn, steps, warmup=3, sync=lambda out: None):
+    """Median wall-clock and process CPU milliseconds (all threads) per
+    step. On a loaded machine wall time measures the scheduler as much as
+    the step; CPU time measures the work."""
     for _ in range(warmup):
         sync(fn())
-    times = []
+    wall, cpu = [], []
     for _ in range(steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         sync(fn())
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return 1000 * statistics.median(wall), 1000 * statistics.median(cpu)
 
 
-def measure_backend(steps):
+def _store(results, name, measured):
+    results[name], results[name + "_cpu"] = measured
+
+
+def measure_backend(steps, only=None):
     import keras
     import numpy as np
 
@@ -49,48 +65,66 @@ def measure_backend(steps):
     variables = model.trainable_variables
     rng = np.random.default_rng(0)
     grads_np = [rng.normal(size=v.shape).astype("float32") * 1e-3 for v in variables]
-    grads = [keras.ops.convert_to_tensor(g) for g in grads_np]
+    plain = [keras.ops.convert_to_tensor(g) for g in grads_np]
     results = {"variables": len(variables),
                "parameters": int(sum(np.prod(v.shape) for v in variables))}
 
-    def make(name):
-        if name == "SGD":
-            return keras.optimizers.SGD(0.1, momentum=0.9)
-        if name == "LARS":
-            return klb.LARS(0.1, momentum=0.9, weight_decay=5e-5)
-        return klb.LARSMixed(0.1, momentum=0.9, weight_decay=5e-5)
+    lso = keras.optimizers.LossScaleOptimizer
+    makers = {
+        "SGD": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+        "LARS": lambda: klb.LARS(0.1, momentum=0.9, weight_decay=5e-5),
+        "LSO(SGD)": lambda: lso(keras.optimizers.SGD(0.1, momentum=0.9)),
+        "LARSMixed": lambda: klb.LARSMixed(0.1, momentum=0.9, weight_decay=5e-5),
+        "Adam": lambda: keras.optimizers.Adam(1e-3),
+        "LAMB": lambda: klb.LAMB(1e-3, weight_decay=1e-2),
+        "LSO(Adam)": lambda: lso(keras.optimizers.Adam(1e-3)),
+        "LAMBMixed": lambda: klb.LAMBMixed(1e-3, weight_decay=1e-2),
+    }
+    scaled = [keras.ops.convert_to_tensor(g * 2.0**15) for g in grads_np]
 
-    for name in ("SGD", "LARS", "LARSMixed"):
-        optimizer = make(name)
+    for name, make in makers.items():
+        if only and name not in only:
+            continue
+        optimizer = make()
         optimizer.build(variables)
+        grads = scaled if isinstance(optimizer, lso) else plain
         if backend == "tensorflow":
             import tensorflow as tf
 
             for label, jit in (("", False), ("_xla", True)):
-                step = tf.function(lambda: optimizer.apply(grads, variables),
-                                   jit_compile=jit)
-                results[name + label] = _median_ms(step, steps)
+                step = tf.function(
+                    lambda o=optimizer, g=grads: o.apply(g, variables),
+                    jit_compile=jit)
+                _store(results, name + label, _median_ms(step, steps))
         elif backend == "jax":
             import jax
 
             import jax.numpy as jnp
 
-            step = jax.jit(optimizer.stateless_apply, donate_argnums=(0, 2))
+            # As Keras' JAX trainer: the state is donated in the order the
+            # step returns it, so each output reuses its own input's buffer
+            # (with `stateless_apply`'s (optimizer, grads, trainable) order,
+            # JAX pairs new weights with old momentum buffers by shape and
+            # XLA copies every variable).
+            def apply(trainable, opt_vars, grads, optimizer=optimizer):
+                return optimizer.stateless_apply(opt_vars, grads, trainable)
+
+            step = jax.jit(apply, donate_argnums=(0, 1))
             state = {"opt": [jnp.array(v.value) for v in optimizer.variables],
                      "vars": [jnp.array(v.value) for v in variables]}
 
-            def run():
-                new_vars, new_opt = step(state["opt"], grads, state["vars"])
+            def run(step=step, state=state, grads=grads):
+                new_vars, new_opt = step(state["vars"], state["opt"], grads)
                 state["vars"], state["opt"] = new_vars, new_opt
                 return new_vars
 
-            results[name] = _median_ms(
-                run, steps, sync=lambda out: jax.block_until_ready(out))
+            _store(results, name, _median_ms(
+                run, steps, sync=lambda out: jax.block_until_ready(out)))
         else:
-            results[name] = _median_ms(
-                lambda: optimizer.apply(grads, variables), steps)
-    if backend == "jax":
-        results.update(_jax_floor(grads, variables, steps))
+            _store(results, name, _median_ms(
+                lambda: optimizer.apply(grads, variables), steps))
+    if backend == "jax" and not only:
+        results.update(_jax_floor(plain, variables, steps))
     return backend, results
 
 
@@ -120,8 +154,8 @@ def _jax_floor(grads, variables, steps):
 
     out = {}
     for name, fn in (("floor_SGD", sgd), ("floor_LARS", lars)):
-        out[name] = _median_ms(lambda: fn(ws, vs, grads), steps,
-                               sync=jax.block_until_ready)
+        _store(out, name, _median_ms(lambda: fn(ws, vs, grads), steps,
+                                     sync=jax.block_until_ready))
     return out
 
 
@@ -129,14 +163,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="tensorflow,jax,torch")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--output", default=RESULTS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--optimizers", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child:
-        backend, results = measure_backend(args.steps)
+        only = args.optimizers.split(",") if args.optimizers else None
+        backend, results = measure_backend(args.steps, only)
         print("RESULT " + json.dumps({backend: results}))
         return
+    if args.optimizers:
+        sys.exit("`--optimizers` is for one child process; run with --child.")
 
+    load_at_start = os.getloadavg()
     table = {}
     for backend in args.backends.split(","):
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
@@ -149,28 +189,42 @@ def main():
             sys.exit(f"{backend} failed:\n{out.stderr[-3000:]}")
         table.update(json.loads(lines[-1][len("RESULT "):]))
 
-    rows = []
-    for backend, r in table.items():
-        variants = [""] + (["_xla"] if backend == "tensorflow" else [])
-        for v in variants:
-            sgd, lars, mixed = r["SGD" + v], r["LARS" + v], r["LARSMixed" + v]
-            rows.append((backend + (" (XLA)" if v else ""), sgd, lars, mixed,
-                         lars / sgd, mixed / sgd))
-        if "floor_SGD" in r:
-            rows.append(("floor: minimal jitted JAX", r["floor_SGD"],
-                         r["floor_LARS"], float("nan"),
-                         r["floor_LARS"] / r["floor_SGD"], float("nan")))
+    pairs = [("LARS", "SGD"), ("LARSMixed", "LSO(SGD)"), ("LAMB", "Adam"),
+             ("LAMBMixed", "LSO(Adam)")]
+    names = [n for pair in pairs for n in pair]
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    print(f"\nResNet-50 optimizer step, {machine}, median of {args.steps} steps (ms)\n")
-    print("| backend | SGD(0.9) | LARS | LARSMixed | LARS/SGD | LARSMixed/SGD |")
-    print("|---|---|---|---|---|---|")
-    for name, sgd, lars, mixed, ratio, mixed_ratio in rows:
-        print(f"| {name} | {sgd:.1f} | {lars:.1f} | {mixed:.1f} | "
-              f"{ratio:.2f} | {mixed_ratio:.2f} |")
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        json.dump({"machine": machine, "steps": args.steps, "ms": table}, f,
-                  indent=2)
+    for clock, suffix in (("wall-clock", ""), ("process CPU", "_cpu")):
+        print(f"\nResNet-50 optimizer step, {machine}, median of {args.steps} "
+              f"steps, {clock} ms\n")
+        print("| backend | " + " | ".join(names) + " | "
+              + " | ".join(f"{a}/{b}" for a, b in pairs) + " |")
+        print("|---" * (1 + len(names) + len(pairs)) + "|")
+        for backend, r in table.items():
+            for v in [""] + (["_xla"] if backend == "tensorflow" else []):
+                ms = [r[n + v + suffix] for n in names]
+                ratios = [r[a + v + suffix] / r[b + v + suffix] for a, b in pairs]
+                print(f"| {backend}{' (XLA)' if v else ''} | "
+                      + " | ".join(f"{x:.1f}" for x in ms) + " | "
+                      + " | ".join(f"{x:.2f}" for x in ratios) + " |")
+        for backend, r in table.items():
+            if "floor_SGD" + suffix in r:
+                sgd, lars = r["floor_SGD" + suffix], r["floor_LARS" + suffix]
+                print(f"\nfloor, minimal jitted JAX LARS/SGD: {lars:.1f} / "
+                      f"{sgd:.1f} ms = {lars / sgd:.2f}")
+    print(f"\nload average at start: {load_at_start}")
+    print("GPU rows: no GPU available on this machine (not measured).")
+    record = {
+        "machine": machine,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python"] + sys.argv),
+        "load_average_at_start": load_at_start,
+        "steps": args.steps,
+        "ms": table,
+        "gpu": "no GPU available",
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(record, f, indent=2)
 
 
 if __name__ == "__main__":

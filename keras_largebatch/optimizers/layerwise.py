@@ -53,6 +53,10 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     """Set by the mixed optimizers for one step: `1 / loss_scale`, which
     `update_step` folds into its own multiplications by the gradient."""
 
+    _known_squared_norms = None
+    """Set by the mixed optimizers on torch for one step: the gradients'
+    squared norms from the finiteness check, by tensor id."""
+
     use_fused_path = True
     """Use the backend's fused kernels where there are some.
 

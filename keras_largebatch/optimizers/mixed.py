@@ -14,10 +14,11 @@ else:
 
 The unscaling is folded into the rule's own pass over the gradient (the
 inner optimizer multiplies by `1 / loss_scale` where it scales anyway), so
-the only extra pass is the finiteness check. Where the inner optimizer
-clips or accumulates gradients, those need unscaled values: the gradients
-are unscaled first (on torch in place, in one pass with the check, as
-`torch.amp.GradScaler` does).
+the only extra pass is the finiteness check, one read of each gradient (its
+sum of squares; on torch LARS reuses those sums as its gradient norms).
+Where the inner optimizer clips or accumulates gradients, those need
+unscaled values: the gradients are unscaled first (on torch in place, in
+one pass with the check, as `torch.amp.GradScaler` does).
 """
 
 import keras
@@ -194,52 +195,39 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         grads = [
             None if g is None else ops.cast(g, "float32") for g in grads
         ]
-        if self._folds_unscaling():
-            finite = torch_foreach.all_finite(grads)
+        inner = self.inner_optimizer
+        folds = self._folds_unscaling()
+        if folds:
+            finite, known = torch_foreach.check_finite(grads)
         else:
             inverse = 1.0 / self.dynamic_scale.value
-            finite = torch_foreach.unscale_and_check(grads, inverse)
-        if bool(finite):
-            self._grads_unscaled = not self._folds_unscaling()
-            try:
-                self._stateful_handle_finite_grads(grads, trainable_variables)
-            finally:
-                self._grads_unscaled = False
-        else:
+            finite, known = torch_foreach.unscale_and_check(grads, inverse), None
+        if not bool(finite):
             self._stateful_handle_non_finite_grads()
+            return
+        self._grads_unscaled = not folds
+        inner._known_squared_norms = known
+        try:
+            self._stateful_handle_finite_grads(grads, trainable_variables)
+        finally:
+            self._grads_unscaled = False
+            inner._known_squared_norms = None
 
     def check_finite(self, grads):
+        """All finite, from each gradient's sum of squares: on JAX, XLA
+        merges it with the rule's own gradient norm (one read, not two)."""
         if keras.backend.backend() == "torch":
             from keras_largebatch.optimizers import torch_foreach
 
-            return torch_foreach.all_finite(grads)
-        return super().check_finite(grads)
-
-    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        """One jitted step (JAX's trainer): both outcomes are computed and
-        selected per element, which XLA fuses into the update; a `cond`
-        would copy every variable out of its branches."""
-        if keras.backend.backend() != "jax":
-            return super().stateless_apply(
-                optimizer_variables, grads, trainable_variables
-            )
-        if not self.built:
-            raise ValueError(
-                f"To call `stateless_apply`, {type(self).__name__} must be "
-                "built: call `optimizer.build(trainable_variables)`."
-            )
-        finite = self.check_finite(grads)
-        new_vars, new_opt = self._stateless_handle_finite_grads(
-            optimizer_variables, grads, trainable_variables
-        )
-        skip_vars, skip_opt = self._stateless_handle_non_finite_grads(
-            optimizer_variables, trainable_variables
-        )
-        select = lambda a, b: ops.where(finite, a, b)  # noqa: E731
-        return (
-            [select(a, b) for a, b in zip(new_vars, skip_vars)],
-            [select(a, b) for a, b in zip(new_opt, skip_opt)],
-        )
+            return torch_foreach.check_finite(grads)[0]
+        squares = [
+            ops.sum(ops.square(ops.cast(g, "float32")))
+            for g in grads
+            if g is not None
+        ]
+        if not squares:
+            return ops.convert_to_tensor(True)
+        return ops.isfinite(ops.sum(ops.stack(squares)))
 
     def _stateless_handle_finite_grads(
         self, optimizer_variables, grads, trainable_variables

@@ -23,23 +23,36 @@ def split(optimizer, grads, variables):
     return fused, others
 
 
-def norms(tensors):
-    """The L2 norm of each tensor, as one float32 vector."""
+def squared_norms(tensors):
+    """The squared L2 norm of each tensor, as one float32 vector."""
     if tensors[0].is_cuda:
-        return torch.stack(torch._foreach_norm(tensors))
+        norms = torch.stack(torch._foreach_norm(tensors))
+        return norms * norms
     # On CPU a BLAS dot per tensor reads it once, twice as fast here as
     # `_foreach_norm`, which is a loop of `vector_norm` calls on CPU.
-    return torch.stack([torch.dot(t.view(-1), t.view(-1)) for t in tensors]).sqrt()
+    return torch.stack([torch.dot(t.reshape(-1), t.reshape(-1)) for t in tensors])
+
+
+def norms(tensors, known=None):
+    """The L2 norm of each tensor; `known` maps `id(tensor)` to a squared
+    norm computed earlier in the step (by the finiteness check)."""
+    if known and all(id(t) in known for t in tensors):
+        return torch.stack([known[id(t)] for t in tensors]).sqrt()
+    return squared_norms(tensors).sqrt()
 
 
 @torch.no_grad()
-def all_finite(grads):
-    """One max-abs reduction per tensor (NaN propagates), no bool copies."""
+def check_finite(grads):
+    """Returns `(finite, known)`: whether every gradient is finite, from
+    one read of each (a NaN or an infinity makes its squared norm
+    non-finite; so does a finite one whose square overflows float32, which
+    only skips a step), and the squared norms by tensor id, for `norms`."""
     tensors = [keras.ops.convert_to_tensor(g) for g in grads if g is not None]
     if not tensors:
-        return torch.tensor(True)
-    peaks = torch._foreach_norm(tensors, float("inf"))
-    return torch.isfinite(torch.stack(peaks)).all()
+        return torch.tensor(True), {}
+    squares = squared_norms(tensors)
+    known = dict(zip(map(id, tensors), torch.unbind(squares)))
+    return torch.isfinite(squares.sum()), known
 
 
 @torch.no_grad()

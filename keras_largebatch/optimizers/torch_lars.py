@@ -33,7 +33,8 @@ def update_step(optimizer, grads, variables, learning_rate):
     adapted = torch.tensor([a for _, _, a in flags], device=device)
     lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
-    w_norm, g_norm = torch_foreach.norms(weights), torch_foreach.norms(grads)
+    w_norm = torch_foreach.norms(weights)
+    g_norm = torch_foreach.norms(grads, optimizer._known_squared_norms)
     inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
     if inverse is not None:
         inverse = keras.ops.convert_to_tensor(inverse).to(device)
