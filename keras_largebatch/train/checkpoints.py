@@ -49,8 +49,8 @@ class EpochCheckpoints(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self.keep:
             return
-        save_weights(self.model,
-                     os.path.join(self.folder, EPOCH_PATTERN.format(epoch + 1)))
+        name = EPOCH_PATTERN.format(epoch + 1)
+        save_weights(self.model, os.path.join(self.folder, name))
         for path in epoch_checkpoints(self.folder)[:-self.keep]:
             os.remove(path)
 

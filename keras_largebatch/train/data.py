@@ -407,8 +407,10 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
 
     so a run resumed at epoch e reads exactly what an uninterrupted run
     reads there, whatever the thread scheduling and however often the
-    dataset was iterated before (Keras peeks at a batch to build). With `steps_per_epoch`
-    larger than a pass, passes follow each other, each shuffled anew.
+    dataset was iterated before (Keras peeks at a batch to build). With
+    `steps_per_epoch` larger than a pass, passes follow each other, each
+    shuffled anew. Data whose decoding is random (`spec.train_for_epoch`)
+    is decoded with seeds of `(seed, epoch, pass, example)`.
     """
     import tensorflow as tf
 

@@ -8,7 +8,7 @@
     epochs_raised.json      each later raise of --epochs (see resume.py)
     checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
                             (see checkpoints.py)
-    backup/                 the state at the last epoch's end (resume; `Backup`)
+    backup/                 the state at the last epoch's end (`Backup`)
     tensorboard/            train/ and validation/ scalars per epoch: loss,
                             accuracy (top5_accuracy), learning_rate,
                             loss_scale, images_per_sec

@@ -54,7 +54,8 @@ def check(model_dir, run_config):
         return None
     original = _read(config_path)
     raises = _read(os.path.join(model_dir, RAISES_FILE), [])
-    epochs_before = raises[-1]["epochs"] if raises else original["epochs"]
+    epochs_before = (raises[-1]["epochs"] if raises
+                     else original.get("epochs", run_config["epochs"]))
     for key, old in original.items():
         new = run_config.get(key)
         if key in FREE or key == "epochs" or old == new:

@@ -1,4 +1,4 @@
-"""keras-largebatch-train as a job: refusals, throughput, checkpoints, resume."""
+"""The command as a job: refusals, throughput, checkpoints, resume, logs."""
 
 import json
 import os
