@@ -22,8 +22,13 @@ import dataclasses
 import json
 import os
 
+# Flags that change neither the model, the data, the schedule nor the
+# optimizer: where outputs go, how much is printed, and how the all-reduce
+# is packed and timed (`compression` changes the numbers: not free).
 FREE = ("model_dir", "verbose", "check_images", "distribution",
-        "keep_checkpoints", "mode", "deterministic")
+        "keep_checkpoints", "mode", "deterministic",
+        "fusion_threshold_bytes", "hierarchical_threshold_bytes",
+        "workers_per_node", "collective_timeout_seconds")
 RAISES_FILE = "epochs_raised.json"
 BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
 

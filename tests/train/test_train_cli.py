@@ -171,7 +171,7 @@ def test_default_flags_are_the_documented_default_run():
         "alexnet_bn", "digits", 32, "lars_mixed", 6, "none")
 
 
-def _subprocess(args, extra_env=None, timeout=240):
+def _subprocess(args, extra_env=None, timeout=600):
     env = dict(os.environ, KERAS_BACKEND=BACKEND, **(extra_env or {}))
     env.pop("TF_CONFIG", None)
     return subprocess.run(
