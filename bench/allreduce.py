@@ -35,12 +35,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 
-from keras_largebatch.distribute.localhost import free_ports
+from keras_largebatch.distribute import localhost
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
@@ -48,30 +47,17 @@ METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
 
 
 def _launch(n, mode, args, timeout=900):
-    ports = free_ports(n)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    outs, procs = [], []
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
-    for i in range(n):
-        out = os.path.join(tmp, f"{i}.json")
-        env = dict(os.environ, KERAS_BACKEND="tensorflow",
-                   TF_CPP_MIN_LOG_LEVEL="2")
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": i}}
-        )
-        cmd = [sys.executable, __file__, "--mode", mode,
-               "--args", json.dumps(dict(args, out=out))]
-        procs.append(subprocess.Popen(cmd, env=env))
-        outs.append(out)
-    try:
-        for p in procs:
-            p.wait(timeout=timeout)
-            if p.returncode:
-                raise RuntimeError(f"worker failed: {p.returncode}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    outs = [os.path.join(tmp, f"{i}.json") for i in range(n)]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    codes = localhost.run(
+        [[sys.executable, __file__, "--mode", mode,
+          "--args", json.dumps(dict(args, out=out))] for out in outs],
+        timeout, env=env,
+    )
+    for code in codes:
+        if code:
+            raise RuntimeError(f"worker failed: {code}")
     return [json.load(open(o)) for o in outs]
 
 
