@@ -3,7 +3,7 @@
 Gradients arrive in the order of the variables; backward produces them in
 reverse. They are packed, in reverse order, into buckets of at most
 `fusion_threshold_bytes` (one dtype per bucket; a larger tensor travels
-alone), so the first buckets can be reduced while backward still runs.
+alone; see `buckets.assign_buckets`), so the first buckets can be reduced while backward still runs.
 Each bucket is then all-reduced by one of two algorithms (hybrid):
 
 ```
@@ -57,40 +57,11 @@ from tensorflow.python.util import nest
 
 from keras_largebatch.distribute import compression as compression_lib
 from keras_largebatch.distribute import native
+from keras_largebatch.distribute.buckets import assign_buckets
 
 _FUSABLE = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 # Sub-group keys live far above the keys TensorFlow hands out (1, 2, ...).
 SUBGROUP_KEY_START = 1 << 20
-
-
-def assign_buckets(sizes, dtypes_, threshold):
-    """Packs tensors into fusion buckets, last tensor first.
-
-    Args:
-        sizes: bytes of each tensor, in variable (forward) order.
-        dtypes_: dtype of each tensor (anything comparable).
-        threshold: bucket capacity in bytes; `0` puts every tensor in a
-            bucket of its own.
-
-    Returns:
-        A list of buckets, each a list of indices into `sizes`. Buckets are
-        listed in the order they fill, which is backward's order; inside a
-        bucket, indices run in reverse too. A bucket holds one dtype and at
-        most `threshold` bytes, unless it is a single larger tensor.
-    """
-    buckets, open_bucket = [], {}
-    for i in reversed(range(len(sizes))):
-        key = dtypes_[i]
-        current = open_bucket.get(key)
-        if current is not None and current[1] + sizes[i] > threshold:
-            current = None
-        if current is None:
-            current = [[], 0]
-            open_bucket[key] = current
-            buckets.append(current[0])
-        current[0].append(i)
-        current[1] += sizes[i]
-    return buckets
 
 
 def node_of_tasks(cluster_spec, workers_per_node=None):

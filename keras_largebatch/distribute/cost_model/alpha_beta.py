@@ -32,6 +32,8 @@ and `ring` cross.
 import math
 from typing import NamedTuple
 
+from keras_largebatch.distribute.buckets import assign_buckets
+
 MiB = 2**20
 
 
@@ -128,28 +130,17 @@ def crossover_bytes(gpus, network):
 
 
 def fuse(tensor_bytes, fusion_threshold_bytes):
-    """Packs tensors, last first, into buckets of up to the threshold.
+    """Bucket sizes in bytes, in the order they are sent.
 
-    A tensor larger than the threshold is a bucket of its own, so
-    `fusion_threshold_bytes=0` gives one bucket per tensor.
-
-    Returns:
-        The list of bucket sizes in bytes, in the order they are sent.
+    The packing is the strategy's own (`distribute.buckets.assign_buckets`):
+    last tensor first, up to the threshold; a larger tensor is a bucket of
+    its own, so `fusion_threshold_bytes=0` gives one bucket per tensor.
     """
-    if fusion_threshold_bytes < 0:
-        raise ValueError(
-            "`fusion_threshold_bytes` must be >= 0. "
-            f"Received: fusion_threshold_bytes={fusion_threshold_bytes}"
-        )
-    buckets, current = [], 0
-    for nbytes in reversed(list(tensor_bytes)):
-        if current and current + nbytes > fusion_threshold_bytes:
-            buckets.append(current)
-            current = 0
-        current += nbytes
-    if current:
-        buckets.append(current)
-    return buckets
+    sizes = list(tensor_bytes)
+    return [
+        sum(sizes[i] for i in bucket)
+        for bucket in assign_buckets(sizes, None, fusion_threshold_bytes)
+    ]
 
 
 def hybrid_allreduce_time(buckets, gpus, network, hierarchical_threshold_bytes):
