@@ -16,10 +16,12 @@ else:
     x = all_reduce(x, group=everyone)          # flat ring / NCCL
 ```
 
-Small buckets are latency-bound: a flat ring over `p` devices takes
-`2 (p - 1)` steps, the hierarchy `2 (g - 1) + 2 (p / g - 1) + 1` for `g`
-devices per node. Large buckets are bandwidth-bound and the ring is
-optimal. Every sub-group has its own collective group key, the same on all
+Small buckets are latency-bound, and the hierarchy pays fewer latencies
+than the flat ring; large buckets are bandwidth-bound, and the ring is
+optimal. The costs of both, and the threshold where they cross, are
+stated once, in `keras_largebatch.distribute.cost_model.alpha_beta`.
+
+Every sub-group has its own collective group key, the same on all
 workers; instance keys come from TensorFlow's `CollectiveReplicaLauncher`.
 Every collective issued on a device (flat, intra-node, leaders', broadcast)
 has a control dependency on the one issued before it, so all ranks launch
