@@ -8,6 +8,8 @@ References:
     - Jia et al., 2018, arXiv:1807.11205 (tensor fusion).
 """
 
+from keras_largebatch._shared import require
+
 
 def assign_buckets(sizes, dtypes=None, fusion_threshold_bytes=0):
     """Packs tensors into fusion buckets, last tensor first.
@@ -26,11 +28,10 @@ def assign_buckets(sizes, dtypes=None, fusion_threshold_bytes=0):
         most `fusion_threshold_bytes` bytes, unless it is a single larger
         tensor.
     """
-    if not fusion_threshold_bytes >= 0:
-        raise ValueError(
-            "`fusion_threshold_bytes` must be >= 0. "
-            f"Received: fusion_threshold_bytes={fusion_threshold_bytes}"
-        )
+    require(
+        fusion_threshold_bytes >= 0, "fusion_threshold_bytes",
+        fusion_threshold_bytes, ">= 0",
+    )
     if dtypes is None:
         dtypes = [None] * len(sizes)
     buckets, open_bucket = [], {}

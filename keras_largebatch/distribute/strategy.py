@@ -5,6 +5,7 @@ import tensorflow as tf
 from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.util import nest
 
+from keras_largebatch._shared import check_int
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
 from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
@@ -104,12 +105,12 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         compression=None,
         workers_per_node=None,
     ):
-        _check_int("fusion_threshold_bytes", fusion_threshold_bytes, 0)
-        _check_int(
+        check_int("fusion_threshold_bytes", fusion_threshold_bytes, 0)
+        check_int(
             "hierarchical_threshold_bytes", hierarchical_threshold_bytes, 0
         )
         if workers_per_node is not None:
-            _check_int("workers_per_node", workers_per_node, 1)
+            check_int("workers_per_node", workers_per_node, 1)
         compressor = compression_lib.get(compression)
         super().__init__(cluster_resolver, communication_options)
         self._fusion_threshold_bytes = fusion_threshold_bytes
@@ -175,12 +176,3 @@ def _rank(value):
     if shape is None:
         return None
     return tf.TensorShape(shape).rank
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"`{name}` must be an int >= {minimum}. "
-            f"Received: {name}={value!r}"
-        )
-

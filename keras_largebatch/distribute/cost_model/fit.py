@@ -7,6 +7,8 @@ import tempfile
 
 import numpy as np
 
+from keras_largebatch._shared import require
+
 from keras_largebatch.distribute import localhost
 
 
@@ -107,11 +109,11 @@ def measure_localhost(sizes=(2**12, 2**16, 2**20, 2**22), repeats=5, timeout=120
         Worker 0's list of `{"bytes", "seconds" (median), "workers"}`.
     """
     sizes = [int(s) for s in sizes]
-    if len(set(sizes)) < 2 or any(s < 4 or s % 4 for s in sizes):
-        raise ValueError(
-            "`sizes` must hold two or more distinct byte counts, multiples "
-            f"of 4 (float32). Received: sizes={sizes}"
-        )
+    require(
+        len(set(sizes)) >= 2 and all(s >= 4 and s % 4 == 0 for s in sizes),
+        "sizes", sizes,
+        "two or more distinct byte counts, multiples of 4 (float32)",
+    )
     args = [json.dumps(sizes), str(repeats), str(timeout)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     with tempfile.TemporaryDirectory() as cwd:
