@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 
+from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import localhost
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,7 +140,7 @@ def worker_allreduce(args):
                 tf.nest.map_structure(lambda t: t.numpy(), out)
                 runs.append(time.perf_counter() - start)
         times[name] = runs
-    json.dump({"times": times}, open(args["out"], "w"))
+    atomic_write(args["out"], json.dumps({"times": times}))
 
 
 def worker_step(args):
@@ -189,7 +190,7 @@ def worker_step(args):
         start = time.perf_counter()
         step().numpy()
         runs.append(time.perf_counter() - start)
-    json.dump({"times": runs}, open(args["out"], "w"))
+    atomic_write(args["out"], json.dumps({"times": runs}))
 
 
 def _native_available():
@@ -287,8 +288,8 @@ def main():
                      if name == "stock" else "keras_largebatch strategy")
             print(f"| {label} | {ms:,.0f} |")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", flags.out), "w") as f:
-        json.dump(result, f, indent=2)
+    atomic_write(os.path.join(HERE, "results", flags.out),
+                 json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -168,9 +168,11 @@ def main():
         print(f"| {name} | {sgd:.1f} | {lars:.1f} | {mixed:.1f} | "
               f"{ratio:.2f} | {mixed_ratio:.2f} |")
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        json.dump({"machine": machine, "steps": args.steps, "ms": table}, f,
-                  indent=2)
+    from keras_largebatch._shared import atomic_write
+
+    atomic_write(RESULTS, json.dumps(
+        {"machine": machine, "steps": args.steps, "ms": table}, indent=2
+    ))
 
 
 if __name__ == "__main__":
