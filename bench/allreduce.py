@@ -35,12 +35,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 
-from keras_largebatch.distribute.localhost import free_ports
+from keras_largebatch._shared import atomic_write
+from keras_largebatch.distribute import localhost
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
@@ -48,30 +48,17 @@ METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
 
 
 def _launch(n, mode, args, timeout=900):
-    ports = free_ports(n)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    outs, procs = [], []
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
-    for i in range(n):
-        out = os.path.join(tmp, f"{i}.json")
-        env = dict(os.environ, KERAS_BACKEND="tensorflow",
-                   TF_CPP_MIN_LOG_LEVEL="2")
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": i}}
-        )
-        cmd = [sys.executable, __file__, "--mode", mode,
-               "--args", json.dumps(dict(args, out=out))]
-        procs.append(subprocess.Popen(cmd, env=env))
-        outs.append(out)
-    try:
-        for p in procs:
-            p.wait(timeout=timeout)
-            if p.returncode:
-                raise RuntimeError(f"worker failed: {p.returncode}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    outs = [os.path.join(tmp, f"{i}.json") for i in range(n)]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    codes = localhost.run(
+        [[sys.executable, __file__, "--mode", mode,
+          "--args", json.dumps(dict(args, out=out))] for out in outs],
+        timeout, env=env,
+    )
+    for code in codes:
+        if code:
+            raise RuntimeError(f"worker failed: {code}")
     return [json.load(open(o)) for o in outs]
 
 
@@ -153,7 +140,7 @@ def worker_allreduce(args):
                 tf.nest.map_structure(lambda t: t.numpy(), out)
                 runs.append(time.perf_counter() - start)
         times[name] = runs
-    json.dump({"times": times}, open(args["out"], "w"))
+    atomic_write(args["out"], json.dumps({"times": times}))
 
 
 def worker_step(args):
@@ -203,7 +190,7 @@ def worker_step(args):
         start = time.perf_counter()
         step().numpy()
         runs.append(time.perf_counter() - start)
-    json.dump({"times": runs}, open(args["out"], "w"))
+    atomic_write(args["out"], json.dumps({"times": runs}))
 
 
 def _native_available():
@@ -301,8 +288,8 @@ def main():
                      if name == "stock" else "keras_largebatch strategy")
             print(f"| {label} | {ms:,.0f} |")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", flags.out), "w") as f:
-        json.dump(result, f, indent=2)
+    atomic_write(os.path.join(HERE, "results", flags.out),
+                 json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

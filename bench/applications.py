@@ -153,8 +153,9 @@ def main():
         "results": rows,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    from keras_largebatch._shared import atomic_write
+
+    atomic_write(args.out, json.dumps(result, indent=2))
     print(f"\nwrote {args.out}")
 
 

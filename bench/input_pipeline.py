@@ -34,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import imagenet
 
 SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
@@ -175,8 +176,7 @@ def main():
     path = os.path.join(os.path.dirname(__file__), "results",
                         "input_pipeline.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
+    atomic_write(path, json.dumps(out, indent=2))
     print(f"wrote {path}")
 
 

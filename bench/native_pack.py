@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import native
 
 
@@ -95,8 +96,7 @@ def main():
     }
     path = os.path.join(os.path.dirname(__file__), "results", "native_pack.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
+    atomic_write(path, json.dumps(out, indent=2))
     print(f"\nwrote {path}")
 
 

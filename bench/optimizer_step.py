@@ -222,9 +222,10 @@ def main():
         "ms": table,
         "gpu": "no GPU available",
     }
+    from keras_largebatch._shared import atomic_write
+
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(record, f, indent=2)
+    atomic_write(args.output, json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

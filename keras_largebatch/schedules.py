@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_largebatch._shared import check_int
+from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 
 
@@ -42,18 +44,12 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         initial_learning_rate=0.0,
         name="warmup_polynomial_decay",
     ):
-        _require(peak_learning_rate > 0, "peak_learning_rate", peak_learning_rate, "> 0")
-        _require(
-            isinstance(warmup_steps, int) and warmup_steps >= 0,
-            "warmup_steps", warmup_steps, "an int >= 0",
-        )
-        _require(
-            isinstance(decay_steps, int) and decay_steps >= 1,
-            "decay_steps", decay_steps, "an int >= 1",
-        )
-        _require(end_learning_rate >= 0, "end_learning_rate", end_learning_rate, ">= 0")
-        _require(power > 0, "power", power, "> 0")
-        _require(
+        require(peak_learning_rate > 0, "peak_learning_rate", peak_learning_rate, "> 0")
+        check_int("warmup_steps", warmup_steps, 0)
+        check_int("decay_steps", decay_steps, 1)
+        require(end_learning_rate >= 0, "end_learning_rate", end_learning_rate, ">= 0")
+        require(power > 0, "power", power, "> 0")
+        require(
             initial_learning_rate >= 0,
             "initial_learning_rate", initial_learning_rate, ">= 0",
         )
@@ -101,23 +97,14 @@ def scale_learning_rate(base_learning_rate, batch_size, base_batch_size=256, rul
     `lr = base_lr * sqrt(batch_size / base_batch_size)` (Krizhevsky, 2014,
     arXiv:1404.5997; Hoffer et al., 2017).
     """
-    _require(base_learning_rate > 0, "base_learning_rate", base_learning_rate, "> 0")
-    _require(
-        isinstance(batch_size, int) and batch_size >= 1,
-        "batch_size", batch_size, "an int >= 1",
-    )
-    _require(
-        isinstance(base_batch_size, int) and base_batch_size >= 1,
-        "base_batch_size", base_batch_size, "an int >= 1",
-    )
+    require(base_learning_rate > 0, "base_learning_rate", base_learning_rate, "> 0")
+    check_int("batch_size", batch_size, 1)
+    check_int("base_batch_size", base_batch_size, 1)
+    require(rule in ("linear", "sqrt"), "rule", rule, "'linear' or 'sqrt'")
     ratio = batch_size / base_batch_size
     if rule == "linear":
         return base_learning_rate * ratio
-    if rule == "sqrt":
-        return base_learning_rate * math.sqrt(ratio)
-    raise ValueError(
-        f"`rule` must be 'linear' or 'sqrt'. Received: rule={rule!r}"
-    )
+    return base_learning_rate * math.sqrt(ratio)
 
 
 # MLPerf's reference LARS for ResNet-50 (mlcommons/training,
@@ -151,18 +138,8 @@ def mlperf_lars_rate(global_batch_size):
     is extrapolated with the square-root rule, `10 * sqrt(batch / 4096)`
     (0.88 at 32, 2.5 at 256): the table's 10 at a batch of 32 diverges.
     """
-    _require(
-        isinstance(global_batch_size, int) and global_batch_size >= 1,
-        "global_batch_size", global_batch_size, "an int >= 1",
-    )
+    check_int("global_batch_size", global_batch_size, 1)
     for below, peak, warmup, epochs in MLPERF_LARS_TABLE:
         if below is None or global_batch_size < below:
             scale = min(1.0, global_batch_size / MLPERF_SMALLEST_BATCH)
             return peak * math.sqrt(scale), warmup / epochs
-
-
-def _require(condition, name, value, expected):
-    if not condition:
-        raise ValueError(
-            f"`{name}` must be {expected}. Received: {name}={value!r}"
-        )

@@ -15,12 +15,12 @@ FUSION_THRESHOLD_BYTES = 8 * 2**20
 HIERARCHICAL_THRESHOLD_BYTES = 4 * 2**20
 
 # Imported on first use, so that TensorFlow-free parts (`cost_model`,
-# `localhost`) work without TensorFlow installed.
+# `buckets`, `localhost`) work without TensorFlow installed.
 _PUBLIC = {
     "Compression": "compression",
     "FusedCollectiveAllReduce": "all_reduce",
     "MultiWorkerMirroredStrategy": "strategy",
-    "assign_buckets": "all_reduce",
+    "assign_buckets": "buckets",
     "native_ops_available": "native",
 }
 

@@ -3,7 +3,7 @@
 Gradients arrive in the order of the variables; backward produces them in
 reverse. They are packed, in reverse order, into buckets of at most
 `fusion_threshold_bytes` (one dtype per bucket; a larger tensor travels
-alone), so the first buckets can be reduced while backward still runs.
+alone; see `buckets.assign_buckets`), so the first buckets can be reduced while backward still runs.
 Each bucket is then all-reduced by one of two algorithms (hybrid):
 
 ```
@@ -16,10 +16,12 @@ else:
     x = all_reduce(x, group=everyone)          # flat ring / NCCL
 ```
 
-Small buckets are latency-bound: a flat ring over `p` devices takes
-`2 (p - 1)` steps, the hierarchy `2 (g - 1) + 2 (p / g - 1) + 1` for `g`
-devices per node. Large buckets are bandwidth-bound and the ring is
-optimal. Every sub-group has its own collective group key, the same on all
+Small buckets are latency-bound, and the hierarchy pays fewer latencies
+than the flat ring; large buckets are bandwidth-bound, and the ring is
+optimal. The costs of both, and the threshold where they cross, are
+stated once, in `keras_largebatch.distribute.cost_model.alpha_beta`.
+
+Every sub-group has its own collective group key, the same on all
 workers; instance keys come from TensorFlow's `CollectiveReplicaLauncher`.
 Every collective issued on a device (flat, intra-node, leaders', broadcast)
 has a control dependency on the one issued before it, so all ranks launch
@@ -57,40 +59,11 @@ from tensorflow.python.util import nest
 
 from keras_largebatch.distribute import compression as compression_lib
 from keras_largebatch.distribute import native
+from keras_largebatch.distribute.buckets import assign_buckets
 
 _FUSABLE = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 # Sub-group keys live far above the keys TensorFlow hands out (1, 2, ...).
 SUBGROUP_KEY_START = 1 << 20
-
-
-def assign_buckets(sizes, dtypes_, threshold):
-    """Packs tensors into fusion buckets, last tensor first.
-
-    Args:
-        sizes: bytes of each tensor, in variable (forward) order.
-        dtypes_: dtype of each tensor (anything comparable).
-        threshold: bucket capacity in bytes; `0` puts every tensor in a
-            bucket of its own.
-
-    Returns:
-        A list of buckets, each a list of indices into `sizes`. Buckets are
-        listed in the order they fill, which is backward's order; inside a
-        bucket, indices run in reverse too. A bucket holds one dtype and at
-        most `threshold` bytes, unless it is a single larger tensor.
-    """
-    buckets, open_bucket = [], {}
-    for i in reversed(range(len(sizes))):
-        key = dtypes_[i]
-        current = open_bucket.get(key)
-        if current is not None and current[1] + sizes[i] > threshold:
-            current = None
-        if current is None:
-            current = [[], 0]
-            open_bucket[key] = current
-            buckets.append(current[0])
-        current[0].append(i)
-        current[1] += sizes[i]
-    return buckets
 
 
 def node_of_tasks(cluster_spec, workers_per_node=None):

@@ -32,7 +32,8 @@ import tensorflow as tf
 
 
 class Compressor:
-    """Interface: the wire dtype; `compress` and `decompress` cast to it."""
+    """Interface: the dtype a buffer travels in (`all_reduce.wire_format`
+    casts to it before the all-reduce and back after)."""
 
     name = None
 
@@ -40,19 +41,6 @@ class Compressor:
     def wire_dtype(dtype):
         """The dtype a buffer of `dtype` travels in."""
         return tf.as_dtype(dtype)
-
-    @classmethod
-    def compress(cls, tensor):
-        """Returns `(wire_tensor, context)`; `context` feeds `decompress`."""
-        wire = tf.as_dtype(cls.wire_dtype(tensor.dtype))
-        if wire == tensor.dtype:
-            return tensor, tensor.dtype
-        return tf.cast(tensor, wire), tensor.dtype
-
-    @staticmethod
-    def decompress(tensor, context):
-        """Inverse of `compress` applied to an all-reduced `tensor`."""
-        return tensor if tensor.dtype == context else tf.cast(tensor, context)
 
 
 class NoneCompressor(Compressor):

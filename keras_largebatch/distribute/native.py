@@ -38,6 +38,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch._shared import require
+
 LIBRARY_NAME = "_lb_fusion_ops.so"
 SUPPORTED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
@@ -179,11 +181,10 @@ def _lib_or_none(use_native):
 
 def _check_dtype(dtype, name):
     dtype = tf.as_dtype(dtype)
-    if dtype not in SUPPORTED_DTYPES:
-        raise ValueError(
-            f"`{name}` must be one of float16, bfloat16, float32, float64. "
-            f"Received: {name}={dtype.name}"
-        )
+    require(
+        dtype in SUPPORTED_DTYPES, name, dtype.name,
+        "one of float16, bfloat16, float32, float64",
+    )
     return dtype
 
 

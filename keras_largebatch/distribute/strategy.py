@@ -5,6 +5,7 @@ import tensorflow as tf
 from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.util import nest
 
+from keras_largebatch._shared import check_int
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
 from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
@@ -51,19 +52,21 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     enough that per-bucket latency stays small. Measured on localhost CPU
     workers (`bench/allreduce.py`), 4-8 MiB buckets are fastest and 64 MiB
     buckets take about twice as long; in the alpha-beta model 8 MiB costs
-    little latency up to tens of GPUs, and at 1024 GPUs (with
+    little latency up to tens of GPUs, and at 1,024 GPUs (with
     `hierarchical_threshold_bytes` at the cost model's crossover) about
-    1.7x the comm time of 64 MiB buckets, most of it hidden behind backward.
+    1.7x the comm time of 64 MiB buckets (the command below prints 94.9 ms
+    of hybrid all-reduce with `--fusion_threshold_bytes=8388608`, 54.8 ms
+    with its default 64 MiB), most of it hidden behind backward.
 
-    The default `hierarchical_threshold_bytes` is 4 MiB. In the alpha-beta
-    model a ring over `p` devices costs `2 (p - 1) alpha + 2 n beta` and the
-    hierarchy saves about `2 (p - g - p / g) alpha` steps of latency while
-    paying about `2 n beta_intra` extra for the reduce and broadcast inside
-    the node (`g` devices per node). With alpha = 10 us, 8 GPUs per node on
-    PCIe (10 GB/s) that break-even is 5 MB at 64 GPUs and grows with `p`
-    (~90 MB at 1024): 4 MiB is right for tens of GPUs and never slower than
-    the ring by much beyond. `python -m keras_largebatch.distribute.cost_model`
-    gives the best value for a given cluster.
+    The default `hierarchical_threshold_bytes` is 4 MiB. The costs of the
+    ring and of the hierarchy are stated once, in
+    `keras_largebatch.distribute.cost_model.alpha_beta`; the best threshold
+    is where they cross. For the cost model's default network (8 GPUs per
+    node, intra-node 5 us and 10 GB/s, inter-node 10 us and 12.5 GB/s),
+    `python -m keras_largebatch.distribute.cost_model --model=resnet50
+    --gpus=64,1024` prints a crossover of 3,343,284 bytes (3.2 MiB) at 64
+    GPUs and 57,550,639 bytes (54.9 MiB) at 1,024 GPUs: 4 MiB is right for
+    tens of GPUs; for a given cluster, take the command's value.
 
     Args:
         cluster_resolver: As `tf.distribute.MultiWorkerMirroredStrategy`;
@@ -102,12 +105,12 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         compression=None,
         workers_per_node=None,
     ):
-        _check_int("fusion_threshold_bytes", fusion_threshold_bytes, 0)
-        _check_int(
+        check_int("fusion_threshold_bytes", fusion_threshold_bytes, 0)
+        check_int(
             "hierarchical_threshold_bytes", hierarchical_threshold_bytes, 0
         )
         if workers_per_node is not None:
-            _check_int("workers_per_node", workers_per_node, 1)
+            check_int("workers_per_node", workers_per_node, 1)
         compressor = compression_lib.get(compression)
         super().__init__(cluster_resolver, communication_options)
         self._fusion_threshold_bytes = fusion_threshold_bytes
@@ -173,12 +176,3 @@ def _rank(value):
     if shape is None:
         return None
     return tf.TensorShape(shape).rank
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"`{name}` must be an int >= {minimum}. "
-            f"Received: {name}={value!r}"
-        )
-

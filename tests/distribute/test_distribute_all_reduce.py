@@ -131,14 +131,9 @@ def test_fp16_casts_a_sum_as_it_is_and_divides_a_mean_before_the_cast():
 
 
 def test_compressors_cast_float32_and_pass_other_dtypes_through():
-    x = tf.constant([1.0, 2.0], tf.bfloat16)
-    wire, context = compression.FP16Compressor.compress(x)
-    assert wire.dtype == tf.bfloat16
-    y, context = compression.FP16Compressor.compress(tf.constant([1.5e-3]))
-    assert y.dtype == tf.float16
-    back = compression.FP16Compressor.decompress(y, context)
-    assert back.dtype == tf.float32
-    np.testing.assert_allclose(back.numpy(), [1.5e-3], rtol=1e-3)
+    assert compression.FP16Compressor.wire_dtype(tf.bfloat16) == tf.bfloat16
+    assert compression.FP16Compressor.wire_dtype(tf.float64) == tf.float64
+    assert compression.FP16Compressor.wire_dtype(tf.float32) == tf.float16
     assert compression.NoneCompressor.wire_dtype(tf.float32) == tf.float32
     assert compression.get(None) is compression.NoneCompressor
     assert compression.get("fp16") is compression.FP16Compressor

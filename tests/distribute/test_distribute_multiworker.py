@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_largebatch.distribute.localhost import free_ports
+from keras_largebatch.distribute import localhost
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow",
@@ -34,37 +34,20 @@ ATOL_FLOAT32 = 1e-5
 ATOL_FP16 = 2e-3
 
 
-def _env(tf_config=None):
+def _env():
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    if tf_config is not None:
-        env["TF_CONFIG"] = json.dumps(tf_config)
     return env
 
 
-def _kill(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        p.wait()
-
-
 def _start(num_workers, args, tmp_path, name):
-    ports = free_ports(num_workers)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs, outs = [], []
-    for i in range(num_workers):
-        out = str(tmp_path / f"{name}_{i}.npz")
-        log = open(tmp_path / f"{name}_{i}.log", "w")
-        config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, WORKER, json.dumps(dict(args, out=out))],
-                env=_env(config), stdout=log, stderr=subprocess.STDOUT,
-            )
-        )
-        outs.append(out)
+    outs = [str(tmp_path / f"{name}_{i}.npz") for i in range(num_workers)]
+    procs = localhost.start(
+        [[sys.executable, WORKER, json.dumps(dict(args, out=out))]
+         for out in outs],
+        logs=[tmp_path / f"{name}_{i}.log" for i in range(num_workers)],
+        env=_env(),
+    )
     return procs, outs
 
 
@@ -72,15 +55,14 @@ def _log(tmp_path, name, i):
     return (tmp_path / f"{name}_{i}.log").read_text()[-3000:]
 
 
+def _wait(procs, tmp_path, name, timeout=JOB_TIMEOUT):
+    for i, code in enumerate(localhost.wait(procs, timeout)):
+        assert code == 0, _log(tmp_path, name, i)
+
+
 def _run_job(num_workers, args, tmp_path, name):
     procs, outs = _start(num_workers, args, tmp_path, name)
-    deadline = time.monotonic() + JOB_TIMEOUT
-    try:
-        for i, p in enumerate(procs):
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-            assert p.returncode == 0, _log(tmp_path, name, i)
-    finally:
-        _kill(procs)
+    _wait(procs, tmp_path, name)
     return [dict(np.load(o)) for o in outs]
 
 
@@ -177,7 +159,7 @@ def test_killed_worker_fails_the_job_and_restart_resumes_from_backup(
         procs[0].wait(timeout=90)
         elapsed = time.monotonic() - killed_at
     finally:
-        _kill(procs)
+        localhost.kill(procs)
     log = _log(tmp_path, "killed", 0)
     assert procs[0].returncode != 0
     # Collective timeout 10 s (plus the coordination service's heartbeat).
@@ -195,25 +177,12 @@ EIGHT_WORKER_TIMEOUT = 480
 
 
 def test_eight_workers_fp16_update_within_0_15_percent_of_float32(tmp_path):
-    ports = free_ports(8)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs, outs = [], []
-    for i in range(8):
-        out = str(tmp_path / f"fp16_{i}.npz")
-        log = open(tmp_path / f"fp16_{i}.log", "w")
-        config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
-        procs.append(subprocess.Popen(
-            [sys.executable, FP16_WORKER, out], env=_env(config),
-            stdout=log, stderr=subprocess.STDOUT,
-        ))
-        outs.append(out)
-    deadline = time.monotonic() + EIGHT_WORKER_TIMEOUT
-    try:
-        for i, p in enumerate(procs):
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-            assert p.returncode == 0, _log(tmp_path, "fp16", i)
-    finally:
-        _kill(procs)
+    outs = [str(tmp_path / f"fp16_{i}.npz") for i in range(8)]
+    procs = localhost.start(
+        [[sys.executable, FP16_WORKER, out] for out in outs],
+        logs=[tmp_path / f"fp16_{i}.log" for i in range(8)], env=_env(),
+    )
+    _wait(procs, tmp_path, "fp16", EIGHT_WORKER_TIMEOUT)
     results = [dict(np.load(o)) for o in outs]
     r = results[0]
     names = sorted(k[len("w0_"):] for k in r if k.startswith("w0_"))

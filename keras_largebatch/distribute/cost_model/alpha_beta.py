@@ -32,6 +32,10 @@ and `ring` cross.
 import math
 from typing import NamedTuple
 
+from keras_largebatch._shared import check_int
+from keras_largebatch._shared import require
+from keras_largebatch.distribute.buckets import assign_buckets
+
 MiB = 2**20
 
 
@@ -61,19 +65,15 @@ def ring_allreduce_time(nbytes, workers, alpha, beta):
 
 def _check_gpus(gpus, network):
     g = network.gpus_per_node
-    if not isinstance(g, int) or g < 1:
-        raise ValueError(
-            f"`gpus_per_node` must be an int >= 1. Received: gpus_per_node={g}"
-        )
-    if not isinstance(gpus, int) or gpus < 1 or (gpus > g and gpus % g):
-        raise ValueError(
-            "`gpus` must be an int >= 1, a multiple of `gpus_per_node` when "
-            f"larger than it. Received: gpus={gpus}, gpus_per_node={g}"
-        )
+    check_int("gpus_per_node", g, 1)
+    require(
+        isinstance(gpus, int) and gpus >= 1 and (gpus <= g or gpus % g == 0),
+        "gpus", gpus,
+        f"an int >= 1, a multiple of `gpus_per_node` ({g}) when larger than it",
+    )
     for name in ("intra_alpha", "intra_beta", "inter_alpha", "inter_beta"):
         value = getattr(network, name)
-        if not value >= 0:
-            raise ValueError(f"`{name}` must be >= 0. Received: {name}={value}")
+        require(value >= 0, name, value, ">= 0")
 
 
 def flat_allreduce_time(nbytes, gpus, network):
@@ -128,28 +128,17 @@ def crossover_bytes(gpus, network):
 
 
 def fuse(tensor_bytes, fusion_threshold_bytes):
-    """Packs tensors, last first, into buckets of up to the threshold.
+    """Bucket sizes in bytes, in the order they are sent.
 
-    A tensor larger than the threshold is a bucket of its own, so
-    `fusion_threshold_bytes=0` gives one bucket per tensor.
-
-    Returns:
-        The list of bucket sizes in bytes, in the order they are sent.
+    The packing is the strategy's own (`distribute.buckets.assign_buckets`):
+    last tensor first, up to the threshold; a larger tensor is a bucket of
+    its own, so `fusion_threshold_bytes=0` gives one bucket per tensor.
     """
-    if fusion_threshold_bytes < 0:
-        raise ValueError(
-            "`fusion_threshold_bytes` must be >= 0. "
-            f"Received: fusion_threshold_bytes={fusion_threshold_bytes}"
-        )
-    buckets, current = [], 0
-    for nbytes in reversed(list(tensor_bytes)):
-        if current and current + nbytes > fusion_threshold_bytes:
-            buckets.append(current)
-            current = 0
-        current += nbytes
-    if current:
-        buckets.append(current)
-    return buckets
+    sizes = list(tensor_bytes)
+    return [
+        sum(sizes[i] for i in bucket)
+        for bucket in assign_buckets(sizes, None, fusion_threshold_bytes)
+    ]
 
 
 def hybrid_allreduce_time(buckets, gpus, network, hierarchical_threshold_bytes):
@@ -164,10 +153,7 @@ def hybrid_allreduce_time(buckets, gpus, network, hierarchical_threshold_bytes):
 
 def step_time(comm_seconds, compute_seconds, overlap=0.0):
     """Step seconds when `overlap` of backward (2/3 of compute) hides comm."""
-    if not 0.0 <= overlap <= 1.0:
-        raise ValueError(
-            f"`overlap` must be in [0, 1]. Received: overlap={overlap}"
-        )
+    require(0.0 <= overlap <= 1.0, "overlap", overlap, "in [0, 1]")
     hidden = overlap * 2.0 / 3.0 * compute_seconds
     return compute_seconds + max(comm_seconds - hidden, 0.0)
 

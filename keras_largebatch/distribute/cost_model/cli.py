@@ -3,6 +3,7 @@
 import json
 import math
 
+from keras_largebatch._shared import require
 from keras_largebatch.distribute.cost_model.alpha_beta import MiB
 from keras_largebatch.distribute.cost_model.alpha_beta import Network
 from keras_largebatch.distribute.cost_model.alpha_beta import _check_gpus
@@ -98,10 +99,7 @@ def _parse_gpus(value):
 
 def _network_from_flags(fv):
     for name in ("intra_gbytes_per_s", "inter_gbytes_per_s"):
-        if not getattr(fv, name) > 0:
-            raise ValueError(
-                f"`{name}` must be > 0. Received: {name}={getattr(fv, name)}"
-            )
+        require(getattr(fv, name) > 0, name, getattr(fv, name), "> 0")
     return Network(
         gpus_per_node=fv.gpus_per_node,
         intra_alpha=fv.intra_latency_us * 1e-6,

@@ -2,14 +2,14 @@
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-from keras_largebatch.distribute.localhost import free_ports
+from keras_largebatch._shared import require
+
+from keras_largebatch.distribute import localhost
 
 
 def load_timings(path):
@@ -109,49 +109,30 @@ def measure_localhost(sizes=(2**12, 2**16, 2**20, 2**22), repeats=5, timeout=120
         Worker 0's list of `{"bytes", "seconds" (median), "workers"}`.
     """
     sizes = [int(s) for s in sizes]
-    if len(set(sizes)) < 2 or any(s < 4 or s % 4 for s in sizes):
-        raise ValueError(
-            "`sizes` must hold two or more distinct byte counts, multiples "
-            f"of 4 (float32). Received: sizes={sizes}"
-        )
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
+    require(
+        len(set(sizes)) >= 2 and all(s >= 4 and s % 4 == 0 for s in sizes),
+        "sizes", sizes,
+        "two or more distinct byte counts, multiples of 4 (float32)",
+    )
+    args = [json.dumps(sizes), str(repeats), str(timeout)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     with tempfile.TemporaryDirectory() as cwd:
-        for index in range(2):
-            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-            env["TF_CONFIG"] = json.dumps(
-                {"cluster": cluster, "task": {"type": "worker", "index": index}}
-            )
-            args = [json.dumps(sizes), str(repeats), str(timeout)]
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _WORKER, *args],
-                    cwd=cwd,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        deadline = time.monotonic() + timeout
-        outputs = []
+        logs = [os.path.join(cwd, f"worker_{i}.log") for i in range(2)]
         try:
-            for proc in procs:
-                outputs.append(
-                    proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-                )
-        except subprocess.TimeoutExpired:
+            codes = localhost.run(
+                [[sys.executable, "-c", _WORKER, *args]] * 2, timeout,
+                logs=logs, env=env, cwd=cwd,
+            )
+        except TimeoutError:
             raise RuntimeError(
                 f"localhost all-reduce workers did not finish in {timeout} s"
             ) from None
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-    for proc, (stdout, stderr) in zip(procs, outputs):
-        if proc.returncode:
-            raise RuntimeError(f"localhost worker failed:\n{stderr[-2000:]}")
-    line = [s for s in outputs[0][0].splitlines() if s.startswith("TIMINGS ")]
+        outputs = []
+        for log in logs:
+            with open(log) as f:
+                outputs.append(f.read())
+    for code, output in zip(codes, outputs):
+        if code:
+            raise RuntimeError(f"localhost worker failed:\n{output[-2000:]}")
+    line = [s for s in outputs[0].splitlines() if s.startswith("TIMINGS ")]
     return json.loads(line[-1][len("TIMINGS "):])

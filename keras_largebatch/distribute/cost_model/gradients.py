@@ -4,6 +4,8 @@ import os
 
 import numpy as np
 
+from keras_largebatch._shared import require
+
 
 def resnet50_shapes(classes=1000):
     """Trainable shapes of `keras.applications.ResNet50`, in its order.
@@ -49,11 +51,10 @@ def alexnet_bn_shapes(classes=1000):
 
 def saved_model_shapes(path):
     """Trainable shapes of a saved `.keras` (or `.h5`) model."""
-    if not os.path.isfile(path):
-        raise ValueError(
-            "`model` must be `resnet50`, `alexnet_bn` or the path of a saved "
-            f"Keras model. Received: model={path}"
-        )
+    require(
+        os.path.isfile(path), "model", path,
+        "`resnet50`, `alexnet_bn` or the path of a saved Keras model",
+    )
     import keras
 
     model = keras.saving.load_model(path, compile=False)
@@ -62,11 +63,10 @@ def saved_model_shapes(path):
 
 def gradient_bytes(model, bytes_per_element=4):
     """Bytes of each gradient tensor of `model`, in forward order."""
-    if bytes_per_element not in (2, 4):
-        raise ValueError(
-            "`bytes_per_element` must be 2 (float16) or 4 (float32). "
-            f"Received: bytes_per_element={bytes_per_element}"
-        )
+    require(
+        bytes_per_element in (2, 4), "bytes_per_element", bytes_per_element,
+        "2 (float16) or 4 (float32)",
+    )
     if model == "resnet50":
         shapes = resnet50_shapes()
     elif model == "alexnet_bn":
