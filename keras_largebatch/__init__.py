@@ -4,9 +4,13 @@ LARS, LAMB and their mixed-precision variants LARSMixed and LAMBMixed (the
 rule in float32 on unscaled gradients, dynamic loss scaling, float32 master
 weights), weight-decay filtering for biases and batch-norm parameters,
 warmup + polynomial-decay schedules. The `keras_largebatch.applications`
-package holds AlexNet-BN and ResNet-50; `keras_largebatch.distribute`
-(TensorFlow) the fused, hierarchical all-reduce.
+package holds AlexNet-BN, ResNet-50 and a CIFAR ResNet;
+`keras_largebatch.distribute` (TensorFlow) the fused, hierarchical all-reduce.
 """
+
+import importlib.util as _util
+import os as _os
+import sys as _sys
 
 from keras_largebatch.decay import exclude_bias_and_norm
 from keras_largebatch.decay import no_decay_variables
@@ -31,3 +35,30 @@ __all__ = [
     "no_decay_variables",
     "scale_learning_rate",
 ]
+
+
+def _map_applications():
+    """`keras_largebatch.applications` is the top-level `applications/`.
+
+    `pip install .` (or `-e .`) maps it there. Imported from a source
+    checkout (the repository on `sys.path`), nothing does: load it from
+    beside this package, or say how to install.
+    """
+    name = __name__ + ".applications"
+    if name in _sys.modules or _util.find_spec(name) is not None:
+        return
+    folder = _os.path.join(_os.path.dirname(_os.path.dirname(__file__)),
+                           "applications")
+    init = _os.path.join(folder, "__init__.py")
+    if not _os.path.isfile(init):
+        raise ImportError(
+            "keras_largebatch.applications is not installed; run `pip install "
+            "-e .` in the repository (it maps applications/ into the package)")
+    spec = _util.spec_from_file_location(
+        name, init, submodule_search_locations=[folder])
+    module = _util.module_from_spec(spec)
+    _sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+_map_applications()
