@@ -3,13 +3,13 @@ import pytest
 
 
 def small_model(model_name, image_size, num_classes, bn_momentum=None,
-                **kwargs):
+                channels=3, *args, **kwargs):
     """A 1.5 k-parameter stand-in for `recipe.build_model` (fast tests).
 
     Convolution, batch norm, dropout and a classifier: every kind of state
     the real models have (moving statistics, a dropout seed).
     """
-    inputs = keras.Input((image_size, image_size, 3))
+    inputs = keras.Input((image_size, image_size, channels))
     x = keras.layers.Conv2D(8, 3, strides=4, name="conv1")(inputs)
     x = keras.layers.BatchNormalization(momentum=bn_momentum or 0.9,
                                         name="bn1")(x)
