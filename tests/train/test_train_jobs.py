@@ -93,7 +93,7 @@ CHANGED_FLAGS = [
     # (flag as given, the run's value as the error echoes it)
     ("--base_learning_rate=1.5", "base_learning_rate=0.0"),
     ("--base_batch_size=128", "base_batch_size=256"),
-    ("--lr_scaling=sqrt", "lr_scaling='linear'"),
+    ("--lr_scaling=sqrt", "lr_scaling='auto'"),
     ("--warmup_epochs=0.5", "warmup_epochs=0.0"),
     ("--end_learning_rate=0.001", "end_learning_rate=0.0001"),
     ("--poly_power=1", "poly_power=2.0"),
