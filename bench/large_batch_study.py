@@ -346,6 +346,8 @@ def main():
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args()
 
+    from keras_largebatch._shared import atomic_write
+
     json_path = args.out + ".json"
     record = {"runs": []}
     if os.path.exists(json_path):
@@ -364,10 +366,7 @@ def main():
     def save():
         record["claims"] = claims(record)
         os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-        tmp = json_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f, indent=1)
-        os.replace(tmp, json_path)
+        atomic_write(json_path, json.dumps(record, indent=1))
 
     if not args.report_only:
         for spec in plan(args, record["runs"]):
