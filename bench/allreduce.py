@@ -17,6 +17,9 @@ For 2 and 4 workers (subprocesses on 127.0.0.1), the 214 gradients of
   then float16 transport);
 - `ours f32 <k> MiB`: the same with buckets of `k` MiB (a sweep, e.g.
   `--methods "ours f32 4 MiB" "ours f32 16 MiB"`);
+- `ours topk 1%` / `ours topk 0.1%`: `compression="topk"` at that density
+  (one node: every worker all-gathers its (value, index) pairs; MSTopK
+  selection on buckets above 65,536 values, error feedback on);
 - `flat buffer`: one all-reduce of one ready-made 97.6 MiB buffer (no
   packing: the floor for a single collective).
 
@@ -44,7 +47,7 @@ from keras_largebatch.distribute import localhost
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
-           "flat buffer"]
+           "ours topk 1%", "ours topk 0.1%", "flat buffer"]
 
 
 def _launch(n, mode, args, timeout=900):
@@ -103,11 +106,13 @@ def worker_allreduce(args):
         options = Options(bytes_per_pack=bytes_per_pack)
         return lambda: tf_ops._all_reduce(sum_, grads, 0, options)
 
-    def ours(compressor, threshold=default):
+    def ours(compressor, threshold=default, density=None):
         def run():
             # Read at trace time: set before each function is traced.
             ops._compressor = compressor
             ops._fusion_threshold_bytes = threshold
+            if density is not None:
+                ops._topk_density = density
             return ops._all_reduce(sum_, grads, 0, Options())
 
         return run
@@ -118,6 +123,8 @@ def worker_allreduce(args):
         "TF 25 MB": tf_pack(25 * 10**6),
         "ours f32": ours(compression.NoneCompressor),
         "ours fp16": ours(compression.FP16Compressor),
+        "ours topk 1%": ours(compression.TopKCompressor, density=0.01),
+        "ours topk 0.1%": ours(compression.TopKCompressor, density=0.001),
         "flat buffer": lambda: tf_ops._launchers[0].all_reduce(flat),
     }
     for name in args["methods"]:

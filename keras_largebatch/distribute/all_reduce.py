@@ -27,6 +27,14 @@ Every collective issued on a device (flat, intra-node, leaders', broadcast)
 has a control dependency on the one issued before it, so all ranks launch
 them in one order, as NCCL requires.
 
+Top-k compression (`compression="topk"`) replaces each float bucket's
+all-reduce by a sparse one (`sparse.py`): every peer sends its
+`topk_density` largest entries (plus its residual, with error feedback)
+to all others with one all-gather. On several nodes the sparse exchange
+runs among node leaders only, between a dense intra-node all-reduce and
+an intra-node broadcast (the paper's hierarchy); on one node, among all
+replicas. Float64 buckets stay dense.
+
 Compression (`compression="fp16"`) applies to what replicas all-reduce
 with `ReplicaContext.all_reduce` (the gradients of Keras' optimizers and
 of `LARSMixed`), and only to tensors of rank >= 1. `strategy.reduce`,
@@ -41,6 +49,7 @@ References:
 
 import collections
 import copy
+import functools
 import multiprocessing.pool
 import weakref
 
@@ -59,6 +68,7 @@ from tensorflow.python.util import nest
 
 from keras_largebatch.distribute import compression as compression_lib
 from keras_largebatch.distribute import native
+from keras_largebatch.distribute import sparse
 from keras_largebatch.distribute.buckets import assign_buckets
 
 _FUSABLE = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -129,6 +139,11 @@ class _Launcher(cross_device_utils.CollectiveReplicaLauncher):
             lambda: parent(input_tensor, control_input, options)
         )
 
+    def gather(self, tensor, options=None):
+        """All-gather of a tensor of the same shape on every peer, along
+        axis 0 (TensorFlow's `all_gather` first gathers the shapes)."""
+        return self._chain.issue(lambda: self._all_gather(tensor, options))
+
     def broadcast(self, tensor, is_source, options=None):
         return self._chain.issue(
             lambda: self._broadcast(tensor, is_source, options)
@@ -178,9 +193,15 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         fusion_threshold_bytes: bucket capacity.
         hierarchical_threshold_bytes: buckets (in wire bytes) below this go
             hierarchical when the job spans more than one node.
-        compression: `None`, `"fp16"` or a `compression.Compressor`.
+        compression: `None`, `"fp16"`, `"topk"` or a
+            `compression.Compressor`.
         key_base: offset of the sub-group keys (the strategy's
             `_collective_key_base`).
+        topk_density: fraction of each bucket sent under `"topk"`.
+        topk_error_feedback: keep what was not sent as a residual.
+        topk_exact_max_elements: buckets up to this size use the exact
+            `tf.math.top_k`, larger ones MSTopK.
+        residuals: the `sparse.Residuals` to use (a copy shares them).
     """
 
     def __init__(
@@ -197,7 +218,13 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         hierarchical_threshold_bytes=0,
         compression=None,
         key_base=0,
+        topk_density=0.01,
+        topk_error_feedback=True,
+        topk_exact_max_elements=sparse.EXACT_MAX_ELEMENTS,
+        residuals=None,
     ):
+        sparse.check_density(topk_density)
+        sparse.check_exact_max_elements(topk_exact_max_elements)
         super().__init__(
             devices, group_size, options, collective_keys, canonicalize_devices
         )
@@ -205,11 +232,16 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         self._hierarchical_threshold_bytes = hierarchical_threshold_bytes
         self._compression = compression
         self._compressor = compression_lib.get(compression)
+        self._topk_density = topk_density
+        self._topk_error_feedback = bool(topk_error_feedback)
+        self._topk_exact_max_elements = topk_exact_max_elements
+        self.residuals = sparse.Residuals() if residuals is None else residuals
         self._task_id = task_id
         self._node_of_task = tuple(node_of_task)
         self._key_base = key_base
         self._num_nodes = len(set(self._node_of_task))
-        # (tensors, wire bytes, "hierarchical" | "flat") per bucket built:
+        # (tensors, wire bytes, "hierarchical" | "flat" | "sparse" |
+        # "sparse-hierarchical") per bucket built:
         # once per trace in a tf.function, every call when eager.
         self.bucket_log = collections.deque(maxlen=1024)
         chains = [_Chain() for _ in self._devices]
@@ -321,6 +353,8 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         self, reduce_op, values, replica_id, options, compress
     ):
         compressor = self._compressor if compress else None
+        topk = compressor is compression_lib.TopKCompressor
+        signature = sparse.signature(values) if topk else None
         formats = [
             wire_format(v.dtype, v.shape.rank, reduce_op, self._group_size,
                         compressor)
@@ -341,12 +375,25 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
                 buffer = native.pack(tensors, dtype=wire, scale=prescale)
                 wire_bytes = buffer.shape.num_elements() * wire.size
                 hierarchical = self.uses_hierarchy(wire_bytes)
+                sparse_bucket = topk and dtype != dtypes.float64
+                if sparse_bucket:
+                    hierarchical = self._num_nodes > 1
                 if replica_id == 0:
+                    kind = "hierarchical" if hierarchical else "flat"
                     self.bucket_log.append((
                         len(tensors), wire_bytes,
-                        "hierarchical" if hierarchical else "flat",
+                        f"sparse-{kind}".replace("-flat", "")
+                        if sparse_bucket else kind,
                     ))
-                if hierarchical:
+                if sparse_bucket:
+                    residuals = functools.partial(
+                        self._residuals, device, replica_id, signature,
+                        bucket, values,
+                    )
+                    buffer = self._sparse(
+                        buffer, residuals, hierarchical, replica_id, options
+                    )
+                elif hierarchical:
                     buffer = self._hierarchical(buffer, replica_id, options)
                 else:
                     buffer = self._launchers[replica_id].all_reduce(
@@ -358,6 +405,60 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
             for i, out in zip(bucket, outputs):
                 results[i] = out
         return results
+
+    def _residuals(self, device, replica_id, signature, bucket, values):
+        if not self._topk_error_feedback:
+            return []
+        return [
+            self.residuals.get(device, replica_id, signature, i, values[i])
+            for i in bucket
+        ]
+
+    def _sparse(self, buffer, residuals, hierarchical, replica_id, options):
+        """The top-k exchange of one bucket (see `sparse.py`): among all
+        replicas, or among node leaders between a dense intra-node
+        all-reduce and an intra-node broadcast. `residuals()` returns the
+        bucket's residuals, created on first use: only on the replicas that
+        exchange."""
+        if not hierarchical:
+            return self._sparse_exchange(
+                buffer, residuals, self._launchers[replica_id], options
+            )
+        intra = self._intra_launchers[replica_id]
+        if self._node_group_size > 1:
+            buffer = intra.all_reduce(buffer, None, options)
+        is_source = self._leader_launcher is not None and replica_id == 0
+        if is_source:
+            buffer = self._sparse_exchange(
+                buffer, residuals, self._leader_launcher, options
+            )
+        if self._node_group_size > 1:
+            buffer = intra.broadcast(buffer, is_source, options)
+        return buffer
+
+    def _sparse_exchange(self, buffer, residuals, launcher, options):
+        size = buffer.shape.num_elements()
+        k = sparse.num_selected(size, self._topk_density)
+        acc = buffer
+        residuals = residuals()
+        if residuals:
+            acc = buffer + native.pack(
+                [r.read_value() for r in residuals], dtype=buffer.dtype
+            )
+        values, indices, remainder = sparse.sparsify(
+            acc, k, self._topk_exact_max_elements
+        )
+        gathered = launcher.gather(sparse.encode(values, indices), options)
+        result = sparse.decode_sum(gathered, k, size, buffer.dtype)
+        if not residuals:
+            return result
+        parts = native.unpack(
+            remainder, [r.shape for r in residuals],
+            [r.dtype for r in residuals],
+        )
+        updates = [r.assign(part) for r, part in zip(residuals, parts)]
+        with ops.control_dependencies(updates):
+            return array_ops.identity(result)
 
     def _hierarchical(self, buffer, replica_id, options):
         intra = self._intra_launchers[replica_id]
@@ -383,6 +484,10 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
             hierarchical_threshold_bytes=self._hierarchical_threshold_bytes,
             compression=self._compression,
             key_base=self._key_base,
+            topk_density=self._topk_density,
+            topk_error_feedback=self._topk_error_feedback,
+            topk_exact_max_elements=self._topk_exact_max_elements,
+            residuals=self.residuals,
         )
 
 

@@ -19,6 +19,10 @@ overflow there (an inf in the sum) makes the step skip and the scale halve
 on every replica. Without a loss scale (plain `LARS`, SGD) small
 gradients lose bits: prefer `LARSMixed` with fp16 transport.
 
+`TopKCompressor` (`compression="topk"`) is of another kind: it sends the
+largest entries of each bucket and keeps the rest for the next step
+(`keras_largebatch.distribute.sparse`).
+
 Use a compressor by name (`compression="fp16"`) or as a class
 (`compression=Compression.fp16`) in `MultiWorkerMirroredStrategy`; a
 subclass overriding `wire_dtype` defines a new one.
@@ -60,23 +64,37 @@ class FP16Compressor(Compressor):
         return tf.float16 if dtype == tf.float32 else dtype
 
 
+class TopKCompressor(Compressor):
+    """Sends the top-k entries of each bucket, keeps the rest as a residual.
+
+    Buffers travel in their own dtype, as (value, index) pairs gathered from
+    every peer; see `keras_largebatch.distribute.sparse` for the algorithm
+    and `MultiWorkerMirroredStrategy(topk_density=...)` for its settings.
+    """
+
+    name = "topk"
+
+
 class Compression:
     """Namespace of the available compressors (as in Horovod)."""
 
     none = NoneCompressor
     fp16 = FP16Compressor
+    topk = TopKCompressor
 
 
 def get(identifier):
-    """Returns the compressor class for `None`, `"none"`, `"fp16"` or a class."""
+    """The compressor class for `None`, `"none"`, `"fp16"`, `"topk"` or a
+    class."""
     if identifier is None or identifier == "none":
         return NoneCompressor
-    if identifier == "fp16":
-        return FP16Compressor
+    for builtin in (FP16Compressor, TopKCompressor):
+        if identifier == builtin.name:
+            return builtin
     if isinstance(identifier, type) and issubclass(identifier, Compressor):
         return identifier
     raise ValueError(
-        "`compression` must be None, 'none', 'fp16' or a `Compressor` "
+        "`compression` must be None, 'none', 'fp16', 'topk' or a `Compressor` "
         f"subclass. Received: compression={identifier!r}"
     )
 
@@ -86,6 +104,6 @@ def serialize(compressor):
     compressor = get(compressor)
     if compressor is NoneCompressor:
         return None
-    if compressor is FP16Compressor:
+    if compressor in (FP16Compressor, TopKCompressor):
         return compressor.name
     return compressor

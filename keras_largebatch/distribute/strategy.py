@@ -11,6 +11,7 @@ from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
 from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
 from keras_largebatch.distribute import all_reduce
 from keras_largebatch.distribute import compression as compression_lib
+from keras_largebatch.distribute import sparse
 
 
 @keras_largebatch_export("keras_largebatch.distribute.MultiWorkerMirroredStrategy")
@@ -80,13 +81,23 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         hierarchical_threshold_bytes: Int >= 0; buckets smaller than this
             (in bytes on the wire) go hierarchical on multi-node jobs. `0`
             means never. Defaults to 4 MiB.
-        compression: `None`, `"fp16"` or a class of
-            `keras_largebatch.distribute.Compression`: float32 gradients
-            travel as float16, cast as they are (see `compression`).
-            Metrics, `strategy.reduce` and scalars travel in full precision.
+        compression: `None`, `"fp16"`, `"topk"` or a class of
+            `keras_largebatch.distribute.Compression`. `"fp16"`: float32
+            gradients travel as float16, cast as they are (see
+            `compression`). `"topk"`: each worker sends the
+            `topk_density` largest entries of each bucket (plus its
+            residual) by all-gather, sparsified across nodes only on a
+            multi-node job (see `sparse`). Metrics, `strategy.reduce` and
+            scalars travel dense, in full precision.
         workers_per_node: Int >= 1 or `None`. Nodes are runs of this many
             consecutive tasks (chief first); `None` groups the tasks whose
             addresses share a host.
+        topk_density: Float in (0, 1], under `compression="topk"`: the
+            fraction of each bucket every worker sends (at least one value).
+            Defaults to 0.01.
+        topk_error_feedback: Bool, under `compression="topk"`: add what a
+            worker did not send to its next step's gradients (residuals,
+            see `topk_residuals`). Defaults to True.
 
     References:
         - Jia et al., 2018, "Highly Scalable Deep Learning Training System
@@ -104,6 +115,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         hierarchical_threshold_bytes=HIERARCHICAL_THRESHOLD_BYTES,
         compression=None,
         workers_per_node=None,
+        topk_density=0.01,
+        topk_error_feedback=True,
     ):
         check_int("fusion_threshold_bytes", fusion_threshold_bytes, 0)
         check_int(
@@ -112,11 +125,14 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         if workers_per_node is not None:
             check_int("workers_per_node", workers_per_node, 1)
         compressor = compression_lib.get(compression)
+        sparse.check_density(topk_density)
         super().__init__(cluster_resolver, communication_options)
         self._fusion_threshold_bytes = fusion_threshold_bytes
         self._hierarchical_threshold_bytes = hierarchical_threshold_bytes
         self._compression = compression_lib.serialize(compressor)
         self._workers_per_node = workers_per_node
+        self._topk_density = topk_density
+        self._topk_error_feedback = bool(topk_error_feedback)
         ext = self.extended
         old = ext._cross_device_ops
         nodes = all_reduce.node_of_tasks(ext._cluster_spec, workers_per_node)
@@ -131,6 +147,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             hierarchical_threshold_bytes=hierarchical_threshold_bytes,
             compression=compressor,
             key_base=self._collective_key_base,
+            topk_density=topk_density,
+            topk_error_feedback=topk_error_feedback,
         )
         if getattr(ext, "_inferred_cross_device_ops", None) is old:
             ext._inferred_cross_device_ops = ext._cross_device_ops
@@ -139,6 +157,15 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     def cross_device_ops(self):
         """The `FusedCollectiveAllReduce` that reduces gradients."""
         return self.extended._cross_device_ops
+
+    @property
+    def topk_residuals(self):
+        """This worker's error-feedback residuals under `compression="topk"`
+        (a trackable; empty before the first step). Save and restore it per
+        worker with `tf.train.Checkpoint(residuals=strategy.topk_residuals)`:
+        a restore before the first step is applied as the residuals are
+        created."""
+        return self.cross_device_ops.residuals
 
     @property
     def num_nodes(self):
@@ -166,6 +193,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             "hierarchical_threshold_bytes": self._hierarchical_threshold_bytes,
             "compression": self._compression,
             "workers_per_node": self._workers_per_node,
+            "topk_density": self._topk_density,
+            "topk_error_feedback": self._topk_error_feedback,
         }
 
 

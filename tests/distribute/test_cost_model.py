@@ -280,3 +280,48 @@ def test_localhost_measurement_returns_two_worker_timings():
     timings = cm.measure_localhost(sizes=(2**12, 2**20), repeats=2, timeout=180)
     assert [t["bytes"] for t in timings] == [2**12, 2**20]
     assert all(t["workers"] == 2 and t["seconds"] > 0 for t in timings)
+
+
+def test_sparse_exchange_matches_hand_computed_values():
+    # One node (4 GPUs): all-gather of 8 k bytes, k = 0.01 * 1e6 / 4 = 2,500:
+    # 3 * 2e-6 + 3 * 20,000 * 1e-10
+    assert cm.sparse_allreduce_time(1e6, 0.01, 4, NET) == pytest.approx(1.2e-5)
+    # 16 GPUs: dense reduce and broadcast in each node (1.62e-4 each), then
+    # the leaders' all-gather: 3 * 1e-5 + 3 * 20,000 * 2e-10
+    assert cm.sparse_allreduce_time(1e6, 0.01, 16, NET) == pytest.approx(
+        2 * 1.62e-4 + 4.2e-5
+    )
+
+
+def test_sparse_crossover_is_one_over_the_peers_without_latency():
+    # alpha = 0: the ring moves 2 (p - 1) / p * n bytes, top-k 2 d (p - 1) n
+    # (value + index per entry): they cross at d = 1 / p; across nodes with
+    # free intra-node links, against the hierarchy, at d = 1 / nodes.
+    flat = cm.Network(gpus_per_node=8, intra_alpha=0.0, intra_beta=1e-10,
+                      inter_alpha=0.0, inter_beta=1e-10)
+    buckets = [4 * 2**20, 2**20]
+    assert cm.sparse_crossover_density(buckets, 8, flat) == pytest.approx(
+        1 / 8, rel=1e-6
+    )
+    free_intra = flat._replace(intra_beta=0.0)
+    hier = sum(cm.hierarchical_allreduce_time(b, 64, free_intra)
+               for b in buckets)
+    assert cm.sparse_crossover_density(
+        buckets, 64, free_intra, dense_seconds=hier
+    ) == pytest.approx(1 / 8, rel=1e-6)
+
+
+def test_compare_reports_the_sparse_scheme_and_its_crossovers():
+    row = cm.compare([2**20] * 10, 64, cm.Network(), topk_density=0.001)
+    assert row["topk"] == pytest.approx(sum(
+        cm.sparse_allreduce_time(b, 0.001, 64, cm.Network())
+        for b in cm.fuse([2**20] * 10, 64 * 2**20)
+    ))
+    assert 0 <= row["topk_crossover_hybrid"] <= 1
+    assert 0 <= row["topk_crossover"] <= 1
+
+
+@pytest.mark.parametrize("density", [0.0, 1.5, -0.01])
+def test_sparse_density_out_of_range_is_refused(density):
+    with pytest.raises(ValueError, match=f"density={density}"):
+        cm.sparse_allreduce_time(1e6, density, 8, NET)

@@ -85,6 +85,9 @@ def test_workers_per_node_groups_consecutive_tasks():
          "hierarchical_threshold_bytes=True"),
         ({"workers_per_node": 0}, "workers_per_node=0"),
         ({"compression": "int8"}, "compression='int8'"),
+        ({"compression": "topk", "topk_density": 0.0}, "topk_density=0.0"),
+        ({"compression": "topk", "topk_density": 1.5}, "topk_density=1.5"),
+        ({"compression": "topk", "topk_density": "1%"}, "topk_density='1%'"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(kwargs, message):
@@ -102,13 +105,15 @@ def test_get_config_covers_every_keyword_argument():
     ]
     fake = types.SimpleNamespace(
         _fusion_threshold_bytes=1, _hierarchical_threshold_bytes=2,
-        _compression="fp16", _workers_per_node=3,
+        _compression="fp16", _workers_per_node=3, _topk_density=0.25,
+        _topk_error_feedback=False,
     )
     config = MultiWorkerMirroredStrategy.get_config(fake)
     assert sorted(config) == sorted(keyword)
     assert config == {
         "fusion_threshold_bytes": 1, "hierarchical_threshold_bytes": 2,
-        "compression": "fp16", "workers_per_node": 3,
+        "compression": "fp16", "workers_per_node": 3, "topk_density": 0.25,
+        "topk_error_feedback": False,
     }
 
 

@@ -1,4 +1,5 @@
-"""An alpha-beta model of fused ring, hierarchical and hybrid all-reduce.
+"""An alpha-beta model of fused ring, hierarchical, hybrid and top-k
+sparsified all-reduce.
 
 `alpha_beta` holds the formulas (Jia et al. 2018, arXiv:1807.11205),
 `gradients` the gradient sets of ResNet-50, AlexNet-BN or a saved model,
@@ -32,6 +33,12 @@ from keras_largebatch.distribute.cost_model.alpha_beta import (
 )
 from keras_largebatch.distribute.cost_model.alpha_beta import (
     ring_allreduce_time,
+)
+from keras_largebatch.distribute.cost_model.alpha_beta import (
+    sparse_allreduce_time,
+)
+from keras_largebatch.distribute.cost_model.alpha_beta import (
+    sparse_crossover_density,
 )
 from keras_largebatch.distribute.cost_model.alpha_beta import step_time
 from keras_largebatch.distribute.cost_model.cli import define_flags

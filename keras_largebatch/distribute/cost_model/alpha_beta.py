@@ -21,6 +21,22 @@ scatter + all-gather), so `hier` pays `4 (g - 1) + 2 (p / g - 1)`
 latencies against the flat ring's `2 (p - 1)`, but moves about
 `3.5 n` bytes over PCIe and `2 n` over the network against the ring's `2 n`.
 
+Top-k sparsification (Shi et al. 2020, arXiv:2010.10458; the strategy's
+`compression="topk"`) sends `k = density * n / s` of a bucket's values
+(element size `s`) with their int32 indices: an all-gather, by a ring,
+of `2 k` 4-byte numbers from each of `P` peers:
+
+```python
+allgather(m, P) = (P - 1) alpha + (P - 1) * m * beta     # m = 8 k bytes
+sparse(n, d)    = allgather(8 k, p)            # one node: all GPUs
+                = reduce_g(n) + allgather(8 k, p / g) [inter]
+                  + broadcast_g(n)             # several: across nodes
+```
+
+It is linear in the density `d`, so it beats a flat ring below one
+density, `sparse_crossover_density`. Selection (MSTopK) and the
+scatter-add are computation, not in this model.
+
 Tensor fusion packs the gradients in reverse order (the order backward
 produces them) into buckets of up to `fusion_threshold_bytes`, so a step
 pays the latency terms once per bucket instead of once per tensor. The baseline is
@@ -103,6 +119,61 @@ def hierarchical_allreduce_time(nbytes, gpus, network):
     return 2 * local + leaders
 
 
+def allgather_time(message_bytes, workers, alpha, beta):
+    """Seconds for a ring all-gather of `message_bytes` from each peer."""
+    if workers <= 1:
+        return 0.0
+    return (workers - 1) * alpha + (workers - 1) * message_bytes * beta
+
+
+def sparse_allreduce_time(nbytes, density, gpus, network, element_bytes=4):
+    """Seconds for the top-k exchange of a bucket of `nbytes`.
+
+    On one node, all GPUs all-gather (value, index) pairs; on several, a
+    dense reduce in each node, the all-gather among node leaders and a
+    broadcast in each node (sparsified across nodes only).
+    """
+    _check_gpus(gpus, network)
+    require(0 < density <= 1, "density", density, "in (0, 1]")
+    k = max(1.0, density * nbytes / element_bytes)
+    message = 8 * k
+    g = network.gpus_per_node
+    if gpus <= g:
+        return allgather_time(
+            message, gpus, network.intra_alpha, network.intra_beta
+        )
+    local = 2 * (g - 1) * network.intra_alpha + (
+        2 * (g - 1) / g * nbytes * network.intra_beta
+    )
+    leaders = allgather_time(
+        message, gpus // g, network.inter_alpha, network.inter_beta
+    )
+    return 2 * local + leaders
+
+
+def sparse_crossover_density(buckets, gpus, network, dense_seconds=None,
+                             element_bytes=4):
+    """The density below which the top-k exchange of all `buckets` beats a
+    dense scheme taking `dense_seconds` (default: the fused flat ring); 0
+    when it never does, 1 when it always does."""
+    ring = dense_seconds
+    if ring is None:
+        ring = sum(flat_allreduce_time(b, gpus, network) for b in buckets)
+    lo, hi = 1e-9, 1.0
+    sparse = lambda d: sum(  # noqa: E731
+        sparse_allreduce_time(b, d, gpus, network, element_bytes)
+        for b in buckets
+    )
+    if sparse(hi) <= ring:
+        return 1.0
+    if sparse(lo) >= ring:
+        return 0.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sparse(mid) < ring else (lo, mid)
+    return lo
+
+
 def crossover_bytes(gpus, network):
     """The best `hierarchical_threshold_bytes`: where `hier` meets `ring`.
 
@@ -166,6 +237,8 @@ def compare(
     compute_seconds=0.0,
     overlap=0.0,
     hierarchical_threshold_bytes=None,
+    topk_density=0.01,
+    element_bytes=4,
 ):
     """All schemes for one gradient set on `gpus` GPUs.
 
@@ -180,12 +253,18 @@ def compare(
             communication, for both schemes. Defaults to 0.
         hierarchical_threshold_bytes: The hybrid's threshold. Defaults to
             `crossover_bytes(gpus, network)`.
+        topk_density: Density of the `topk` scheme. Defaults to 0.01.
+        element_bytes: Bytes per gradient value. Defaults to 4.
 
     Returns:
         A dict with seconds per step for `per_tensor` (flat ring, one
         all-reduce per tensor), `ring`, `hierarchical` and `hybrid` (fused),
-        `threshold` (the best `hierarchical_threshold_bytes`), and
-        `comm_speedup`/`step_speedup` of hybrid over per-tensor.
+        `threshold` (the best `hierarchical_threshold_bytes`),
+        `comm_speedup`/`step_speedup` of hybrid over per-tensor, `topk`
+        (the sparse exchange at `topk_density`), `topk_crossover` and
+        `topk_crossover_hybrid` (the densities below which it beats the
+        fused ring and the hybrid), `topk_step_speedup` (of top-k over
+        hybrid, in step time).
     """
     buckets = fuse(tensor_bytes, fusion_threshold_bytes)
     threshold = crossover_bytes(gpus, network)
@@ -205,7 +284,22 @@ def compare(
         ),
         "hybrid": hybrid_allreduce_time(buckets, gpus, network, used),
         "threshold": threshold,
+        "topk": sum(
+            sparse_allreduce_time(b, topk_density, gpus, network,
+                                  element_bytes)
+            for b in buckets
+        ),
     }
+    row["topk_crossover"] = sparse_crossover_density(
+        buckets, gpus, network, row["ring"], element_bytes
+    )
+    row["topk_crossover_hybrid"] = sparse_crossover_density(
+        buckets, gpus, network, row["hybrid"], element_bytes
+    )
+    row["topk_step_speedup"] = _ratio(
+        step_time(row["hybrid"], compute_seconds, overlap),
+        step_time(row["topk"], compute_seconds, overlap),
+    )
     row["comm_speedup"] = _ratio(row["per_tensor"], row["hybrid"])
     row["step_speedup"] = _ratio(
         step_time(row["per_tensor"], compute_seconds, overlap),

@@ -39,8 +39,9 @@ def format_table(rows):
     lines = [
         "| GPUs | nodes | buckets | per-tensor ring (ms) | fused ring (ms) "
         "| fused hierarchical (ms) | hybrid (ms) | comm speedup "
-        "| step speedup | best threshold (MiB) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step speedup | best threshold (MiB) | top-k (ms) "
+        "| top-k beats ring below density | ... hybrid below density |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         th = r["threshold"]
@@ -49,7 +50,9 @@ def format_table(rows):
             f"| {r['gpus']} | {r['nodes']} | {r['buckets']} "
             f"| {r['per_tensor'] * 1e3:.1f} | {r['ring'] * 1e3:.1f} "
             f"| {r['hierarchical'] * 1e3:.1f} | {r['hybrid'] * 1e3:.1f} "
-            f"| {r['comm_speedup']:.1f}x | {r['step_speedup']:.1f}x | {th} |"
+            f"| {r['comm_speedup']:.1f}x | {r['step_speedup']:.1f}x | {th} "
+            f"| {r['topk'] * 1e3:.1f} | {r['topk_crossover']:.3g} "
+            f"| {r['topk_crossover_hybrid']:.3g} |"
         )
     return "\n".join(lines)
 
@@ -72,6 +75,7 @@ def define_flags(flag_values=None):
         ("integer", "hierarchical_threshold_bytes", -1, "Hybrid's; -1: best."),
         ("float", "compute_ms", -1.0, "Compute per step, ms; -1: model default."),
         ("float", "overlap", 0.0, "Fraction of backward that hides comm."),
+        ("float", "topk_density", 0.01, "Density of the top-k scheme."),
         ("string", "fit_from_json", None, "Fit alpha, beta from timings JSON."),
         ("bool", "measure_localhost", False, "Fit from a 2-worker TF loopback run."),
         ("string", "json_out", None, "Also write the rows as JSON here."),
@@ -140,6 +144,8 @@ def run(fv):
         compute_seconds=compute_ms * 1e-3,
         overlap=fv.overlap,
         hierarchical_threshold_bytes=None if threshold < 0 else threshold,
+        topk_density=fv.topk_density,
+        element_bytes=2 if fv.dtype == "float16" else 4,
     )
     rows = [compare(tensor_bytes, p, network, **kwargs) for p in gpus]
     print(
@@ -151,6 +157,14 @@ def run(fv):
     for r in rows:
         th = "inf" if r["threshold"] == math.inf else r["threshold"]
         print(f"best hierarchical_threshold_bytes at {r['gpus']} GPUs: {th}")
+    for r in rows:
+        print(
+            f"top-k ({r['topk'] * 1e3:.1f} ms at density {fv.topk_density:g})"
+            f" beats the fused ring at {r['gpus']} GPUs below density "
+            f"{r['topk_crossover']:.4g}, the hybrid below "
+            f"{r['topk_crossover_hybrid']:.4g}; step speedup over the "
+            f"hybrid {r['topk_step_speedup']:.2f}x"
+        )
     claim = PAPER_SPEEDUP_AT_1024.get(fv.model)
     if claim and compute_ms > 0 and 1024 % network.gpus_per_node == 0:
         alpha = inter_alpha_for_speedup(tensor_bytes, 1024, network, claim, **kwargs)
