@@ -145,9 +145,17 @@ def define_flags():
         "job spans several nodes (0: never).",
     )
     flags.DEFINE_enum(
-        "compression", "none", ("none", "fp16"),
+        "compression", "none", ("none", "fp16", "topk"),
         "multi_worker: fp16 sends float32 gradients as float16 (best with "
-        "lars_mixed, whose gradients travel loss-scaled).",
+        "lars_mixed, whose gradients travel loss-scaled); topk sends the "
+        "--topk_density largest entries of each bucket with error feedback "
+        "(for slow networks; see docs/distributed.md).",
+    )
+    flags.DEFINE_float(
+        "topk_density", 0.01,
+        "multi_worker, --compression=topk: fraction of each gradient bucket "
+        "a worker sends, in (0, 1]; the rest is kept as a residual "
+        "(checkpointed per worker under backup/topk_residuals).",
     )
     flags.DEFINE_integer(
         "workers_per_node", 0,

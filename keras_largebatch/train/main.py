@@ -107,6 +107,7 @@ def prepare(FLAGS):
     _check(0 <= FLAGS.bn_momentum < 1, "bn_momentum", "in [0, 1)")
     _check(FLAGS.num_classes >= 0, "num_classes", ">= 0")
     _check(FLAGS.keep_checkpoints >= 0, "keep_checkpoints", ">= 0")
+    _check(0 < FLAGS.topk_density <= 1, "topk_density", "in (0, 1]")
     _check(FLAGS.num_train_examples >= 0, "num_train_examples", ">= 0")
     _check(FLAGS.num_validation_examples >= 0, "num_validation_examples",
            ">= 0")
@@ -205,6 +206,18 @@ def prepare(FLAGS):
     return job
 
 
+def _residual_checkpoints(job, backup_dir):
+    """Under `--compression=topk`, the callback that saves and restores this
+    worker's error-feedback residuals at each epoch's end, beside the
+    backup (`Backup` resumes from the same epoch)."""
+    if job.flags.get("compression") != "topk" or not _STRATEGY:
+        return []
+    from keras_largebatch.distribute import sparse
+
+    return [sparse.residual_checkpoint_callback(
+        _STRATEGY[0], os.path.join(backup_dir, "topk_residuals"))]
+
+
 def train(job, start):
     """Creates `model_dir`, fits (resuming), evaluates and writes outputs."""
     import keras
@@ -229,6 +242,7 @@ def train(job, start):
         throughput,  # First: adds images_per_sec to the logs the rest see.
         outputs.EpochScalars(),  # learning_rate, loss_scale
         outputs.Backup(os.path.join(out_dir, "backup")),
+        *_residual_checkpoints(job, os.path.join(out_dir, "backup")),
         resume.step_randomness(F["seed"]),
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
@@ -313,6 +327,9 @@ def _flag_names():
         "init_weights", "distribution", "seed", "verbose", "check_images",
         "keep_checkpoints", "deterministic", "mode",
         "num_train_examples", "num_validation_examples",
+        "fusion_threshold_bytes", "hierarchical_threshold_bytes",
+        "compression", "topk_density", "workers_per_node",
+        "collective_timeout_seconds",
     ]
 
 
@@ -438,6 +455,7 @@ def _multi_worker_strategy(FLAGS):
         hierarchical_threshold_bytes=FLAGS.hierarchical_threshold_bytes,
         compression=FLAGS.compression,
         workers_per_node=FLAGS.workers_per_node or None,
+        topk_density=FLAGS.topk_density,
     ))
     return _STRATEGY[0]
 

@@ -235,7 +235,7 @@ def test_multi_worker_strategy_comes_first_and_takes_its_flags(tmp_path):
         [sys.executable, "-c", STRATEGY_PROBE, "--distribution=multi_worker",
          "--fusion_threshold_bytes=1048576", "--compression=fp16",
          "--hierarchical_threshold_bytes=0", "--workers_per_node=2",
-         "--collective_timeout_seconds=30", *TINY,
+         "--collective_timeout_seconds=30", "--topk_density=0.05", *TINY,
          f"--model_dir={tmp_path}/run"],
         capture_output=True, text=True, timeout=120,
         env=dict(os.environ, KERAS_BACKEND="tensorflow"),
@@ -245,7 +245,7 @@ def test_multi_worker_strategy_comes_first_and_takes_its_flags(tmp_path):
     assert json.loads(line[len("PROBE"):]) == {
         "fusion_threshold_bytes": 1048576, "compression": "fp16",
         "hierarchical_threshold_bytes": 0, "workers_per_node": 2,
-        "timeout": 30.0, "runtime_started": False,
+        "topk_density": 0.05, "timeout": 30.0, "runtime_started": False,
     }
     assert not os.path.exists(tmp_path / "run")
 
@@ -254,9 +254,42 @@ def test_multi_worker_strategy_comes_first_and_takes_its_flags(tmp_path):
 @pytest.mark.parametrize("flag", [
     "--fusion_threshold_bytes=-1", "--hierarchical_threshold_bytes=-8",
     "--workers_per_node=-2", "--collective_timeout_seconds=-1",
+    "--topk_density=0.0", "--topk_density=1.5",
 ])
 def test_bad_multi_worker_flags_exit_2_naming_them(flag, tmp_path, capsys):
     assert _run("--distribution=multi_worker", flag, *TINY,
                 f"--model_dir={tmp_path}/run") == 2
     err = capsys.readouterr().err
     assert flag[2:].split("=")[0] + "=" + flag.split("=")[1] in err, err
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow strategy")
+def test_two_workers_with_topk_keep_their_residuals_across_a_resume(tmp_path):
+    from keras_largebatch.distribute import localhost
+
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+
+    def job(epochs):
+        command = [sys.executable, "-c",
+                   "from keras_largebatch.train.main import run; run()",
+                   "--distribution=multi_worker", "--compression=topk",
+                   "--topk_density=0.05", "--collective_timeout_seconds=120",
+                   *TINY, f"--epochs={epochs}",
+                   f"--model_dir={tmp_path}/run"]
+        logs = [tmp_path / f"e{epochs}_{i}.log" for i in range(2)]
+        codes = localhost.run([command, command], 300, logs=logs, env=env)
+        for code, log in zip(codes, logs):
+            assert code == 0, log.read_text()[-3000:]
+
+    job(1)
+    # Each worker keeps its own residuals beside its own backup.
+    folders = [tmp_path / "run" / "backup" / "topk_residuals" / "worker_0",
+               tmp_path / "run" / "worker_1" / "backup" / "topk_residuals"
+               / "worker_1"]
+    for folder in folders:
+        assert (folder / "latest").read_text() == "epoch_001"
+    job(2)  # resumes: raising --epochs trains on
+    for folder in folders:
+        assert (folder / "latest").read_text() == "epoch_002"
+        assert not (folder / "epoch_001").exists()
