@@ -16,6 +16,9 @@ import os
 
 import keras
 
+from keras_largebatch._shared import atomic_path
+from keras_largebatch._shared import check_int
+
 EPOCH_PATTERN = "epoch_{:03d}.weights.h5"
 FINAL = "final.weights.h5"
 EXPORT = "final.keras"
@@ -28,10 +31,8 @@ def weights_only(model):
 
 def save_weights(model, path):
     """Writes `model`'s weights (no optimizer state) to `path` atomically."""
-    tmp = os.path.join(os.path.dirname(path),
-                       f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    weights_only(model).save_weights(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        weights_only(model).save_weights(tmp)
 
 
 class EpochCheckpoints(keras.callbacks.Callback):
@@ -39,10 +40,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
 
     def __init__(self, folder, keep=2):
         super().__init__()
-        if not isinstance(keep, int) or keep < 0:
-            raise ValueError(
-                f"`keep_checkpoints` must be an int >= 0. "
-                f"Received: keep_checkpoints={keep}")
+        check_int("keep_checkpoints", keep, 0)
         self.folder = folder
         self.keep = keep
 
@@ -66,16 +64,13 @@ def save_final(model, folder, model_dir, epoch):
     """
     final = os.path.join(folder, FINAL)
     last = os.path.join(folder, EPOCH_PATTERN.format(epoch))
-    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{FINAL}")
     try:
-        os.link(last, tmp)
-        os.replace(tmp, final)
+        with atomic_path(final) as tmp:
+            os.link(last, tmp)
     except OSError:  # No such epoch file, or no hard links here.
         save_weights(model, final)
-    export = os.path.join(model_dir, EXPORT)
-    tmp = os.path.join(model_dir, f".tmp-{os.getpid()}-{EXPORT}")
-    weights_only(model).save(tmp)
-    os.replace(tmp, export)
+    with atomic_path(os.path.join(model_dir, EXPORT)) as tmp:
+        weights_only(model).save(tmp)
 
 
 def latest(folder):

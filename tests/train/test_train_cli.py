@@ -101,6 +101,27 @@ def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(
     assert _snapshot(old_run) == before
 
 
+@pytest.mark.parametrize("flag, shown", [
+    ("--global_batch_size=0", "`global_batch_size` must be an int >= 1"),
+    ("--epochs=0", "`epochs` must be an int >= 1"),
+    ("--steps_per_epoch=-1", "`steps_per_epoch` must be an int >= 0"),
+    ("--keep_checkpoints=-1", "`keep_checkpoints` must be an int >= 0"),
+    ("--resnet_depth=9", "`resnet_depth` must be 6n + 2"),
+    ("--warmup_epochs=-0.5", "`warmup_epochs` must be a float >= 0"),
+    ("--eta=0", "`eta` must be a float > 0"),
+    ("--label_smoothing=1", "`label_smoothing` must be a float in [0, 1)"),
+])
+def test_out_of_range_flag_exits_2_naming_it_and_its_value(
+        flag, shown, tmp_path, capsys):
+    capsys.readouterr()
+    assert _run(*TINY, flag, f"--model_dir={tmp_path}/run") == 2
+    err = capsys.readouterr().err.strip()
+    name, value = flag[2:].split("=")
+    assert err.startswith("keras-largebatch-train: error:") and "\n" not in err
+    assert shown in err and f"Received: {name}={value}" in err, err
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_global_batch_not_divisible_by_replicas_exits_2(
         old_run, monkeypatch, capsys):
     monkeypatch.setattr(train_main, "_distribution",
