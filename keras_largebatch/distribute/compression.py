@@ -30,6 +30,8 @@ References:
 
 import tensorflow as tf
 
+from keras_largebatch._shared import require
+
 
 class Compressor:
     """Interface: the dtype a buffer travels in (`all_reduce.wire_format`
@@ -73,12 +75,12 @@ def get(identifier):
         return NoneCompressor
     if identifier == "fp16":
         return FP16Compressor
-    if isinstance(identifier, type) and issubclass(identifier, Compressor):
-        return identifier
-    raise ValueError(
-        "`compression` must be None, 'none', 'fp16' or a `Compressor` "
-        f"subclass. Received: compression={identifier!r}"
+    require(
+        isinstance(identifier, type) and issubclass(identifier, Compressor),
+        "compression", identifier,
+        "None, 'none', 'fp16' or a `Compressor` subclass",
     )
+    return identifier
 
 
 def serialize(compressor):
