@@ -223,7 +223,7 @@ def train(job, start):
     val_accuracy = float(val_metrics["accuracy"])
     checkpoints.save_final(
         job.model, os.path.join(out_dir, "checkpoints"), out_dir,
-        job.initial_epoch + epochs_run)
+        job.initial_epoch + epochs_run, F["keep_checkpoints"])
     summary_path = os.path.join(out_dir, "summary.json")
     images_per_sec = throughput.images_per_sec()
     images_timed, seconds_timed = throughput.timed()

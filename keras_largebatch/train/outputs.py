@@ -6,7 +6,8 @@
     history.csv             one row per epoch, kept across resumed runs
     run_config.json         the flags of the first run (checked when resuming)
     epochs_raised.json      each later raise of --epochs (see resume.py)
-    checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
+    checkpoints/epoch_NNN.weights.h5, epoch_NNN.keras (the last epoch)
+    final.keras             the last epoch's file under a second name
                             (see checkpoints.py)
     backup/                 the state at the last epoch's end (`Backup`)
     tensorboard/            train/ and validation/ scalars per epoch: loss,

@@ -162,8 +162,9 @@ def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
     png = (model_dir / "learning_curves.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     ckpts = sorted(os.listdir(model_dir / "checkpoints"))
-    assert ckpts == ["epoch_001.weights.h5", "epoch_002.weights.h5",
-                     "final.weights.h5"]
+    assert ckpts == ["epoch_001.weights.h5", "epoch_002.keras"]
+    assert os.path.samefile(model_dir / "final.keras",
+                            model_dir / "checkpoints" / "epoch_002.keras")
 
     # Same flags again: restored at epoch 2, nothing left to train.
     assert _run(*TINY, "--epochs=2", f"--model_dir={model_dir}") == 0
@@ -180,6 +181,11 @@ def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
     with open(model_dir / "history.csv") as f:
         epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
     assert epochs == [0, 1, 2]
+    # The earlier final model is epoch 2's checkpoint now; epoch 3's is final.
+    assert sorted(os.listdir(model_dir / "checkpoints")) == [
+        "epoch_002.keras", "epoch_003.keras"]
+    assert os.path.samefile(model_dir / "final.keras",
+                            model_dir / "checkpoints" / "epoch_003.keras")
 
 
 def test_default_flags_are_the_documented_default_run():
