@@ -23,6 +23,8 @@ References:
 import keras
 from keras.applications import imagenet_utils
 
+from keras_largebatch._shared import require
+
 from . import common
 from . import weights as weights_lib
 
@@ -71,10 +73,7 @@ def AlexNetBN(
         )
     if weights is not None:
         weights_lib._check_filepath(weights)
-    if not 0 <= dropout < 1:
-        raise ValueError(
-            f"`dropout` must be in [0, 1). Received: dropout={dropout}"
-        )
+    require(0 <= dropout < 1, "dropout", dropout, "in [0, 1)")
     common.check_common_args(
         weights, include_top, classes, pooling, classifier_activation
     )

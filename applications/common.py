@@ -2,32 +2,23 @@
 
 import keras
 
+from keras_largebatch._shared import require
+
 
 def check_common_args(weights, include_top, classes, pooling, activation):
-    if include_top and (not isinstance(classes, int) or classes < 1):
-        raise ValueError(
-            "`classes` must be a positive integer when `include_top=True`. "
-            f"Received: classes={classes}"
-        )
-    if weights == "imagenet" and include_top and classes != 1000:
-        raise ValueError(
-            "With `weights='imagenet'` and `include_top=True`, `classes` "
-            f"must be 1000. Received: classes={classes}"
-        )
-    if pooling not in (None, "avg", "max"):
-        raise ValueError(
-            "`pooling` must be one of None, 'avg' or 'max'. "
-            f"Received: pooling={pooling}"
-        )
-    if weights == "imagenet" and include_top and activation not in (
-        None,
-        "softmax",
-    ):
-        raise ValueError(
-            "With `weights='imagenet'`, `classifier_activation` must be "
-            "None or 'softmax'. "
-            f"Received: classifier_activation={activation}"
-        )
+    imagenet_top = weights == "imagenet" and include_top
+    require(
+        not include_top or (isinstance(classes, int)
+                            and not isinstance(classes, bool) and classes >= 1),
+        "classes", classes, "a positive integer when `include_top=True`",
+    )
+    require(not imagenet_top or classes == 1000, "classes", classes,
+            "1000 with `weights='imagenet'` and `include_top=True`")
+    require(pooling in (None, "avg", "max"), "pooling", pooling,
+            "one of None, 'avg' or 'max'")
+    require(not imagenet_top or activation in (None, "softmax"),
+            "classifier_activation", activation,
+            "None or 'softmax' with `weights='imagenet'`")
 
 
 def image_input(input_tensor, input_shape, default_size, min_size, static):
@@ -55,11 +46,8 @@ def image_input(input_tensor, input_shape, default_size, min_size, static):
         spatial = (default_size, default_size) if static else (None, None)
         input_shape = (3,) + spatial if channels_first else spatial + (3,)
     input_shape = tuple(input_shape)
-    if len(input_shape) != 3:
-        raise ValueError(
-            "`input_shape` must have three entries (height, width, channels)."
-            f" Received: input_shape={input_shape}"
-        )
+    require(len(input_shape) == 3, "input_shape", input_shape,
+            "three entries (height, width, channels)")
     spatial = input_shape[1:] if channels_first else input_shape[:2]
     if static and None in spatial:
         raise ValueError(

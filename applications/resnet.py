@@ -22,6 +22,8 @@ References:
 import keras
 from keras.applications import imagenet_utils
 
+from keras_largebatch._shared import require
+
 from . import common
 from . import weights as weights_lib
 
@@ -122,10 +124,7 @@ def ResNet50(
     Returns:
         A `keras.Model`.
     """
-    if variant not in VARIANTS:
-        raise ValueError(
-            f"`variant` must be one of {VARIANTS}. Received: variant={variant}"
-        )
+    require(variant in VARIANTS, "variant", variant, f"one of {VARIANTS}")
     if weights not in (None, "imagenet"):
         weights_lib._check_filepath(weights)
     common.check_common_args(

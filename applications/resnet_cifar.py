@@ -26,6 +26,9 @@ References:
 import keras
 from keras import ops
 
+from keras_largebatch._shared import check_int
+from keras_largebatch._shared import require
+
 from . import common
 
 MIN_SIZE = 4
@@ -110,15 +113,12 @@ def ResNetCIFAR(
     Returns:
         A `keras.Model`.
     """
-    if (not isinstance(depth, int) or isinstance(depth, bool) or depth < 8
-            or (depth - 2) % 6):
-        raise ValueError(
-            "`depth` must be an int 6n + 2 with n >= 1 (8, 14, 20, 32, ...). "
-            f"Received: depth={depth}"
-        )
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-        raise ValueError(
-            f"`width` must be an int >= 1. Received: width={width}")
+    require(
+        isinstance(depth, int) and not isinstance(depth, bool) and depth >= 8
+        and (depth - 2) % 6 == 0,
+        "depth", depth, "an int 6n + 2 with n >= 1 (8, 14, 20, 32, ...)",
+    )
+    check_int("width", width, 1)
     common.check_common_args(
         None, include_top, classes, pooling, classifier_activation)
     inputs, x = common.image_input(

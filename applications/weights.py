@@ -10,7 +10,8 @@ takes the same path:
   layer's class in snake case plus a per-class counter in the order of
   `model.layers` (`conv2d`, `conv2d_1`, ...), which is how
   `model.save_weights` writes them. Two models with the same layer classes
-  in the same order therefore exchange `.weights.h5` files.
+  in the same order therefore exchange `.weights.h5` files. A `.keras`
+  file holds one such file (`model.weights.h5`), read from the archive.
 
 Before any variable is written, every layer that holds weights is checked
 against the file (present, same number of arrays, same shapes); the first
@@ -18,14 +19,17 @@ mismatch raises a `ValueError` naming the file and the layer, so a file from
 another architecture never leaves a model half loaded.
 """
 
+import io
 import os
 import re
+import zipfile
 
 import h5py
 import numpy as np
 
 
-_WEIGHTS_SUFFIXES = (".weights.h5", ".h5", ".hdf5")
+_WEIGHTS_SUFFIXES = (".weights.h5", ".h5", ".hdf5", ".keras")
+_KERAS_WEIGHTS = "model.weights.h5"  # The weights inside a `.keras` file.
 
 
 def _snake_case(name):
@@ -60,7 +64,8 @@ def _check_filepath(filepath):
         ) from None
     if not str(filepath).endswith(_WEIGHTS_SUFFIXES):
         raise ValueError(
-            "The `weights` file must end in `.weights.h5`, `.h5` or `.hdf5`. "
+            "The `weights` file must end in `.weights.h5`, `.h5`, `.hdf5` or "
+            "`.keras`. "
             f"Received: weights={filepath}"
         )
     if not os.path.isfile(filepath):
@@ -81,15 +86,21 @@ def read_layer_weights(model, filepath):
     """
     filepath = _check_filepath(filepath)
     arrays = {}
+    keras_file = filepath.endswith(".keras")
     try:
-        f = h5py.File(filepath, "r")
-    except OSError as e:
+        if keras_file:
+            with zipfile.ZipFile(filepath) as archive:
+                f = h5py.File(io.BytesIO(archive.read(_KERAS_WEIGHTS)), "r")
+        else:
+            f = h5py.File(filepath, "r")
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        kind = "`.keras` file with weights" if keras_file else "HDF5 file"
         raise ValueError(
-            f"The `weights` file {filepath} is not a readable HDF5 file "
+            f"The `weights` file {filepath} is not a readable {kind} "
             f"({e}). Received: weights={filepath}"
         ) from e
     with f:
-        if filepath.endswith(".weights.h5"):
+        if keras_file or filepath.endswith(".weights.h5"):
             layers = f["layers"] if "layers" in f else {}
             for name, key in _weights_h5_keys(model).items():
                 if key in layers and "vars" in layers[key]:
@@ -117,8 +128,9 @@ def load_weights(model, filepath, skip_layers=()):
 
     Args:
         model: A Keras model.
-        filepath: A legacy `.h5`/`.hdf5` file (matched by layer name) or a
-            Keras 3 `.weights.h5` file (matched by layer class and order).
+        filepath: A legacy `.h5`/`.hdf5` file (matched by layer name), or a
+            Keras 3 `.weights.h5` or `.keras` file (matched by layer class
+            and order).
         skip_layers: Names of layers left as they are (for example
             `("predictions",)` to keep a new classifier).
 
@@ -196,7 +208,7 @@ def load_weights_except_classifier(model, filepath, classifier="predictions"):
     Args:
         model: A model built by `ResNet50` or `AlexNetBN` (or any model
             whose layers match the checkpoint).
-        filepath: `.h5`, `.hdf5` or `.weights.h5` file.
+        filepath: `.h5`, `.hdf5`, `.weights.h5` or `.keras` file.
         classifier: Name of the layer to leave out. Defaults to
             `"predictions"`.
     """

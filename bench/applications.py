@@ -118,13 +118,11 @@ def main():
     import keras
 
     keras.config.set_dtype_policy(args.precision)
+    from keras_largebatch._shared import require
+
     names = [n.strip() for n in args.configs.split(",")]
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown:
-        raise ValueError(
-            f"`--configs` must name entries of {list(CONFIGS)}. "
-            f"Received: --configs={args.configs}"
-        )
+    require(all(n in CONFIGS for n in names), "--configs", args.configs,
+            f"names from {list(CONFIGS)}")
     load_before = os.getloadavg()
     rows = [_measure(n, CONFIGS[n], args) for n in names]
     load_after = os.getloadavg()

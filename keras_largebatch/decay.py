@@ -13,6 +13,7 @@ import re
 
 import keras
 
+from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 
 
@@ -25,19 +26,15 @@ def compile_patterns(patterns, argument_name):
     """
     if patterns is None:
         return ()
-    if isinstance(patterns, str) or not hasattr(patterns, "__iter__"):
-        raise ValueError(
-            f"`{argument_name}` must be a list of regular expressions, "
-            f"matched against `variable.path`. Received: "
-            f"{argument_name}={patterns!r}"
-        )
+    require(
+        not isinstance(patterns, str) and hasattr(patterns, "__iter__"),
+        argument_name, patterns,
+        "a list of regular expressions, matched against `variable.path`",
+    )
     compiled = []
     for pattern in patterns:
-        if not isinstance(pattern, str):
-            raise ValueError(
-                f"Every entry of `{argument_name}` must be a string. "
-                f"Received: {argument_name}={patterns!r}"
-            )
+        require(isinstance(pattern, str), argument_name, patterns,
+                "a list of strings (regular expressions)")
         try:
             compiled.append(re.compile(pattern))
         except re.error as e:

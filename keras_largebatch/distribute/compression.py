@@ -34,6 +34,8 @@ References:
 
 import tensorflow as tf
 
+from keras_largebatch._shared import require
+
 
 class Compressor:
     """Interface: the dtype a buffer travels in (`all_reduce.wire_format`
@@ -91,12 +93,12 @@ def get(identifier):
     for builtin in (FP16Compressor, TopKCompressor):
         if identifier == builtin.name:
             return builtin
-    if isinstance(identifier, type) and issubclass(identifier, Compressor):
-        return identifier
-    raise ValueError(
-        "`compression` must be None, 'none', 'fp16', 'topk' or a `Compressor` "
-        f"subclass. Received: compression={identifier!r}"
+    require(
+        isinstance(identifier, type) and issubclass(identifier, Compressor),
+        "compression", identifier,
+        "None, 'none', 'fp16', 'topk' or a `Compressor` subclass",
     )
+    return identifier
 
 
 def serialize(compressor):

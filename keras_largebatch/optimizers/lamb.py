@@ -1,5 +1,7 @@
 from keras import ops
 
+from keras_largebatch._shared import check_number
+from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
 
@@ -74,14 +76,10 @@ class LAMB(layerwise.LayerwiseOptimizer):
         name=None,
         **kwargs,
     ):
-        check = layerwise.check_number
-        check("beta_1", beta_1, lambda x: 0 <= x < 1, "in [0, 1)")
-        check("beta_2", beta_2, lambda x: 0 <= x < 1, "in [0, 1)")
-        check("epsilon", epsilon, lambda x: x > 0, "> 0")
-        if not isinstance(trust_clip, bool):
-            raise ValueError(
-                f"`trust_clip` must be a bool. Received: trust_clip={trust_clip}"
-            )
+        check_number("beta_1", beta_1, lambda x: 0 <= x < 1, "in [0, 1)")
+        check_number("beta_2", beta_2, lambda x: 0 <= x < 1, "in [0, 1)")
+        check_number("epsilon", epsilon, lambda x: x > 0, "> 0")
+        require(isinstance(trust_clip, bool), "trust_clip", trust_clip, "a bool")
         super().__init__(
             learning_rate,
             weight_decay,

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from keras_largebatch._shared import check_number
+from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
 
@@ -71,15 +73,13 @@ class LARS(layerwise.LayerwiseOptimizer):
         name=None,
         **kwargs,
     ):
-        check = layerwise.check_number
-        check("momentum", momentum, lambda x: 0 <= x < 1, "in [0, 1)")
-        check("eta", eta, lambda x: x > 0, "> 0")
-        check("epsilon", epsilon, lambda x: x >= 0, ">= 0")
-        if nesterov and not momentum > 0:
-            raise ValueError(
-                "`nesterov` needs `momentum` > 0. "
-                f"Received: nesterov={nesterov}, momentum={momentum}"
-            )
+        check_number("momentum", momentum, lambda x: 0 <= x < 1, "in [0, 1)")
+        check_number("eta", eta, lambda x: x > 0, "> 0")
+        check_number("epsilon", epsilon, lambda x: x >= 0, ">= 0")
+        require(
+            not nesterov or momentum > 0, "nesterov", nesterov,
+            f"False when `momentum` is 0 (momentum={momentum})",
+        )
         super().__init__(
             learning_rate,
             weight_decay,

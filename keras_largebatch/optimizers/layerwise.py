@@ -1,6 +1,6 @@
 """What LARS and LAMB share: which variables are decayed and adapted, float32
-slots named from the variable's path, coupled weight decay, the backend's
-fused path and the argument checks.
+slots named from the variable's path, coupled weight decay and the
+backend's fused path (the argument checks are `keras_largebatch._shared`'s).
 
 `decayed(w)` and `adapted(w)` are decided once, at `build`, from the Keras
 variable (`keras_largebatch.decay`): kernels only, minus the variables whose
@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from keras_largebatch import decay
+from keras_largebatch._shared import check_number
 
 
 class LayerwiseOptimizer(keras.optimizers.Optimizer):
@@ -179,20 +180,4 @@ def _is_updatable(variable):
 
 def _as_list(patterns):
     return None if patterns is None else list(patterns)
-
-
-def is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_number(name, value, valid, expected, optional=False):
-    """Raises a `ValueError` naming `name` unless `value` is a number for
-    which `valid(value)` holds; with `optional`, non-numbers (schedules,
-    callables) pass."""
-    if optional and not is_number(value):
-        return
-    if not is_number(value) or not valid(value):
-        raise ValueError(
-            f"`{name}` must be a float {expected}. Received: {name}={value}"
-        )
 

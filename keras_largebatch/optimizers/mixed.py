@@ -25,7 +25,9 @@ import keras
 from keras import ops
 
 from keras_largebatch import decay
-from keras_largebatch.optimizers import layerwise
+from keras_largebatch._shared import check_int
+from keras_largebatch._shared import check_number
+from keras_largebatch._shared import require
 
 _LOW_PRECISION = ("float16", "bfloat16")
 
@@ -43,24 +45,12 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         name,
     ):
         value = inner_kwargs.get("loss_scale_factor")
-        if value is not None:
-            raise ValueError(
-                "`loss_scale_factor` is not supported: the loss scale is "
-                "dynamic (set `initial_scale` instead). "
-                f"Received: loss_scale_factor={value}"
-            )
-        layerwise.check_number(
-            "initial_scale", initial_scale, lambda x: x > 0, "> 0"
+        require(
+            value is None, "loss_scale_factor", value,
+            "None: the loss scale is dynamic (set `initial_scale` instead)",
         )
-        if (
-            not isinstance(dynamic_growth_steps, int)
-            or isinstance(dynamic_growth_steps, bool)
-            or dynamic_growth_steps < 1
-        ):
-            raise ValueError(
-                "`dynamic_growth_steps` must be an int >= 1. "
-                f"Received: dynamic_growth_steps={dynamic_growth_steps}"
-            )
+        check_number("initial_scale", initial_scale, lambda x: x > 0, "> 0")
+        check_int("dynamic_growth_steps", dynamic_growth_steps, 1)
         # An explicit inner name takes no unique name from users' optimizers.
         inner = inner_class(name=inner_class.__name__.lower(), **inner_kwargs)
         super().__init__(

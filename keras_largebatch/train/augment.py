@@ -15,6 +15,8 @@ Policies:
         horizontal flip with probability 1/2.
 """
 
+from keras_largebatch._shared import require
+
 POLICIES = ("none", "light", "crop_flip")
 
 
@@ -57,17 +59,14 @@ class Augmenter:
 
 def build(policy, image_size, seed=0):
     """Returns an `Augmenter` for batched images, or None."""
+    require(policy in POLICIES, "augment", policy,
+            f"one of auto, {', '.join(POLICIES)}")
     if policy == "none":
         return None
     if policy == "light":
         stages = [("translate", _translate(0.1)), ("zoom", _zoom(0.1))]
-    elif policy == "crop_flip":
-        stages = [("crop", _crop(0.875)), ("flip", _flip)]
     else:
-        raise ValueError(
-            f"`augment` must be one of auto, {', '.join(POLICIES)}. "
-            f"Received: augment={policy!r}"
-        )
+        stages = [("crop", _crop(0.875)), ("flip", _flip)]
     return Augmenter(stages, seed)
 
 

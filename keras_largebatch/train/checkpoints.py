@@ -1,23 +1,34 @@
-"""A run's checkpoints: the last epochs' weights, the final weights, the model.
+"""A run's checkpoints: the last epochs' weights and the final model.
 
-    checkpoints/epoch_NNN.weights.h5   the weights after epoch NNN; the last
-                                       `--keep_checkpoints` (default 2) kept
-    checkpoints/final.weights.h5       the weights at the end (a hard link
-                                       to the last epoch's file: same bytes)
-    final.keras                        the model, for `keras.saving.load_model`
+    checkpoints/epoch_NNN.weights.h5   the weights after epoch NNN
+    checkpoints/epoch_NNN.keras        the last epoch: the final model
+                                       (weights and architecture, no
+                                       optimizer), for `keras.saving.load_model`
+    final.keras                        the same file under a second name (a
+                                       hard link: its bytes are on disk once)
 
-None of them holds optimizer state: resuming reads `backup/`, which holds
-the weights and the optimizer's state (momentum, loss scale) once. A default
-run therefore leaves three copies of the weights plus the backup.
+`--keep_checkpoints` (default 2) epoch checkpoints are kept, the final
+model counting as the newest; with 0, only `final.keras` is written (a file
+of its own). Each file holds every variable once and no optimizer state:
+resuming reads `backup/`, which holds the weights and the optimizer's state
+(momentum, loss scale) once. A default run therefore leaves two copies of
+the weights (epoch N-1's and the final model's) plus the backup.
+
+`--mode=eval`, `latest` and `--init_weights` read either format.
 """
 
 import glob
 import os
+import re
+import shutil
 
 import keras
 
+from keras_largebatch._shared import atomic_path
+from keras_largebatch._shared import check_int
+
 EPOCH_PATTERN = "epoch_{:03d}.weights.h5"
-FINAL = "final.weights.h5"
+FINAL_PATTERN = "epoch_{:03d}.keras"
 EXPORT = "final.keras"
 
 
@@ -28,10 +39,14 @@ def weights_only(model):
 
 def save_weights(model, path):
     """Writes `model`'s weights (no optimizer state) to `path` atomically."""
-    tmp = os.path.join(os.path.dirname(path),
-                       f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    weights_only(model).save_weights(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        weights_only(model).save_weights(tmp)
+
+
+def save_model(model, path):
+    """Writes `model` (no optimizer state) as a `.keras` file atomically."""
+    with atomic_path(path) as tmp:
+        weights_only(model).save(tmp)
 
 
 class EpochCheckpoints(keras.callbacks.Callback):
@@ -39,10 +54,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
 
     def __init__(self, folder, keep=2):
         super().__init__()
-        if not isinstance(keep, int) or keep < 0:
-            raise ValueError(
-                f"`keep_checkpoints` must be an int >= 0. "
-                f"Received: keep_checkpoints={keep}")
+        check_int("keep_checkpoints", keep, 0)
         self.folder = folder
         self.keep = keep
 
@@ -51,37 +63,61 @@ class EpochCheckpoints(keras.callbacks.Callback):
             return
         name = EPOCH_PATTERN.format(epoch + 1)
         save_weights(self.model, os.path.join(self.folder, name))
-        for path in epoch_checkpoints(self.folder)[:-self.keep]:
-            os.remove(path)
+        prune(self.folder, self.keep)
 
 
 def epoch_checkpoints(folder):
-    """The epoch checkpoints in `folder`, oldest first."""
-    return sorted(glob.glob(os.path.join(folder, "epoch_[0-9]*.weights.h5")))
+    """The epoch checkpoints in `folder` (both formats), oldest first."""
+    found = glob.glob(os.path.join(folder, "epoch_[0-9]*.weights.h5"))
+    found += glob.glob(os.path.join(folder, "epoch_[0-9]*.keras"))
+    return sorted((p for p in found if epoch_of(p) is not None),
+                  key=lambda p: (epoch_of(p), p.endswith(".keras")))
 
 
-def save_final(model, folder, model_dir, epoch):
-    """Writes `final.weights.h5` (linked to epoch `epoch`'s file when it
-    exists) and exports the model (no optimizer) to `model_dir/final.keras`.
+def epoch_of(path):
+    """The epoch in a checkpoint's name (`epoch_006...` -> 6), else None."""
+    match = re.fullmatch(r"epoch_(\d+)\.(weights\.h5|keras)",
+                         os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
+def prune(folder, keep):
+    """Removes all but the newest `keep` epoch checkpoints."""
+    for path in epoch_checkpoints(folder)[:-keep or None]:
+        os.remove(path)
+
+
+def save_final(model, folder, model_dir, epoch, keep=2):
+    """Saves the final model once: as epoch `epoch`'s checkpoint
+    (`epoch_NNN.keras`, replacing that epoch's `.weights.h5`) and, under a
+    second name, as `model_dir/final.keras`.
+
+    With `keep` 0, or where the file system has no hard links, `final.keras`
+    is a file of its own.
     """
-    final = os.path.join(folder, FINAL)
-    last = os.path.join(folder, EPOCH_PATTERN.format(epoch))
-    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{FINAL}")
-    try:
-        os.link(last, tmp)
-        os.replace(tmp, final)
-    except OSError:  # No such epoch file, or no hard links here.
-        save_weights(model, final)
     export = os.path.join(model_dir, EXPORT)
-    tmp = os.path.join(model_dir, f".tmp-{os.getpid()}-{EXPORT}")
-    weights_only(model).save(tmp)
-    os.replace(tmp, export)
+    if not keep:
+        save_model(model, export)
+        return
+    final = os.path.join(folder, FINAL_PATTERN.format(epoch))
+    save_model(model, final)
+    weights = os.path.join(folder, EPOCH_PATTERN.format(epoch))
+    if os.path.exists(weights):
+        os.remove(weights)
+    prune(folder, keep)
+    try:
+        with atomic_path(export) as tmp:
+            os.link(final, tmp)
+    except OSError:  # No hard links here: a copy.
+        with atomic_path(export) as tmp:
+            shutil.copyfile(final, tmp)
 
 
-def latest(folder):
-    """The newest checkpoint in `folder` (an epoch's, else the final one)."""
-    found = epoch_checkpoints(folder)
+def latest(model_dir):
+    """The newest checkpoint of the run in `model_dir`: its newest epoch
+    checkpoint, else `final.keras`, else None."""
+    found = epoch_checkpoints(os.path.join(model_dir, "checkpoints"))
     if found:
         return found[-1]
-    final = os.path.join(folder, FINAL)
-    return final if os.path.exists(final) else None
+    export = os.path.join(model_dir, EXPORT)
+    return export if os.path.exists(export) else None

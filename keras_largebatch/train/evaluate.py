@@ -7,14 +7,13 @@ Flags not given on the command line take the run's values (its
 preprocessing are the run's; flags that are given must still agree with
 the run, as for resuming. Writes `model_dir/eval.json`:
 
-    {"checkpoint": "checkpoints/epoch_006.weights.h5", "epoch": 6,
+    {"checkpoint": "checkpoints/epoch_006.keras", "epoch": 6,
      "val_accuracy": ..., "val_loss": ..., "top5_accuracy": ... (> 10
      classes), "num_validation": ..., "backend": ...}
 """
 
 import json
 import os
-import re
 
 PROG = "keras-largebatch-train"
 
@@ -48,18 +47,16 @@ def evaluate(job):
     from keras_largebatch.train import checkpoints
     from keras_largebatch.train import outputs
 
-    folder = os.path.join(job.model_dir, "checkpoints")
-    path = checkpoints.latest(folder)
+    path = checkpoints.latest(job.model_dir)
     if path is None:
         raise ValueError(
-            "`mode=eval` found no checkpoint in `model_dir`/checkpoints. "
-            f"Received: model_dir={job.model_dir!r}")
+            "`mode=eval` found no checkpoint in `model_dir` (checkpoints/ "
+            f"or final.keras). Received: model_dir={job.model_dir!r}")
     checkpoints.weights_only(job.model).load_weights(path)
     metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
-    match = re.search(r"epoch_(\d+)", os.path.basename(path))
     result = {
         "checkpoint": os.path.relpath(path, job.model_dir),
-        "epoch": int(match.group(1)) if match else None,
+        "epoch": checkpoints.epoch_of(path),
         "val_accuracy": float(metrics["accuracy"]),
         "val_loss": float(metrics["loss"]),
         "num_validation": job.spec.num_validation,

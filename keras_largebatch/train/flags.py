@@ -124,12 +124,13 @@ def define_flags():
         "validation set and write eval.json; flags not given are the run's.")
     flags.DEFINE_integer(
         "keep_checkpoints", 2,
-        "Epoch checkpoints (weights only) kept in model_dir/checkpoints, "
-        "newest first; the final weights and final.keras are always "
-        "written.")
+        "Epoch checkpoints kept in model_dir/checkpoints, the final model "
+        "(epoch_NNN.keras, also model_dir/final.keras) counting as the "
+        "newest; 0 keeps none, and final.keras is still written.")
     flags.DEFINE_string(
         "init_weights", None,
-        "A .weights.h5 of the same architecture; the classifier is skipped "
+        "A .weights.h5 or .keras (e.g. another run's final.keras) of the "
+        "same architecture; the classifier is skipped "
         "when the number of classes differs (fine-tuning).",
     )
     from keras_largebatch import distribute

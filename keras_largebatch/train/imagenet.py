@@ -30,6 +30,8 @@ import json
 import os
 import sys
 
+from keras_largebatch._shared import atomic_write
+
 IMAGENET_COUNTS = {"train": 1_281_167, "validation": 50_000}
 INDEX = "index.json"
 MEAN = (0.485, 0.456, 0.406)
@@ -64,8 +66,8 @@ def write_index(data_dir):
     index = {split: {os.path.basename(p): sum(
         1 for _ in tf.data.TFRecordDataset(p)) for p in paths}
         for split, paths in files(data_dir).items()}
-    with open(os.path.join(data_dir, INDEX), "w") as f:
-        json.dump(index, f, indent=1, sort_keys=True)
+    atomic_write(os.path.join(data_dir, INDEX),
+                 json.dumps(index, indent=1, sort_keys=True))
     return index
 
 

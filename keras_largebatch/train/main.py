@@ -22,6 +22,9 @@ import time
 from absl import app
 from absl import flags
 
+from keras_largebatch._shared import check_int
+from keras_largebatch._shared import check_number
+from keras_largebatch._shared import require
 from keras_largebatch.train import flags as train_flags
 
 PROG = "keras-largebatch-train"
@@ -85,32 +88,9 @@ def prepare(FLAGS):
     job.flags = {name: FLAGS[name].value for name in _flag_names()}
     size = recipe.image_size_for(FLAGS.model, FLAGS.dataset, FLAGS.image_size)
     minimum = recipe.MIN_IMAGE_SIZE[FLAGS.model]
-    if size < minimum:
-        raise ValueError(
-            f"`image_size` must be at least {minimum} for {FLAGS.model}. "
-            f"Received: image_size={size}"
-        )
-    _check(FLAGS.global_batch_size >= 1, "global_batch_size", ">= 1")
-    _check(FLAGS.epochs >= 1, "epochs", ">= 1")
-    _check(FLAGS.steps_per_epoch >= 0, "steps_per_epoch", ">= 0")
-    _check(FLAGS.gradient_accumulation_steps >= 1,
-           "gradient_accumulation_steps", ">= 1")
-    _check(FLAGS.warmup_epochs is None or FLAGS.warmup_epochs >= 0,
-           "warmup_epochs", ">= 0")
-    _check(FLAGS.resnet_width >= 1, "resnet_width", ">= 1")
-    _check(FLAGS.resnet_depth >= 8 and (FLAGS.resnet_depth - 2) % 6 == 0,
-           "resnet_depth", "6n + 2 with n >= 1 (8, 14, 20, ...)")
-    _check(FLAGS.base_learning_rate >= 0, "base_learning_rate", ">= 0")
-    _check(FLAGS.weight_decay >= 0, "weight_decay", ">= 0")
-    _check(FLAGS.eta > 0, "eta", "> 0")
-    _check(0 <= FLAGS.label_smoothing < 1, "label_smoothing", "in [0, 1)")
-    _check(0 <= FLAGS.bn_momentum < 1, "bn_momentum", "in [0, 1)")
-    _check(FLAGS.num_classes >= 0, "num_classes", ">= 0")
-    _check(FLAGS.keep_checkpoints >= 0, "keep_checkpoints", ">= 0")
-    _check(0 < FLAGS.topk_density <= 1, "topk_density", "in (0, 1]")
-    _check(FLAGS.num_train_examples >= 0, "num_train_examples", ">= 0")
-    _check(FLAGS.num_validation_examples >= 0, "num_validation_examples",
-           ">= 0")
+    require(size >= minimum, "image_size", size,
+            f"at least {minimum} for {FLAGS.model}")
+    _check_flags(FLAGS)
     if FLAGS.init_weights and not os.path.isfile(FLAGS.init_weights):
         raise ValueError(
             "`init_weights` is not a file. Received: "
@@ -120,20 +100,14 @@ def prepare(FLAGS):
         raise ValueError("`model_dir` is required. Received: model_dir=None")
 
     job.strategy, job.replicas, job.chief, job.task = _distribution(FLAGS)
-    if FLAGS.global_batch_size % job.replicas:
-        raise ValueError(
-            f"`global_batch_size` must be divisible by the number of "
-            f"replicas ({job.replicas}). Received: "
-            f"global_batch_size={FLAGS.global_batch_size}"
-        )
-    if FLAGS.global_batch_size % (
-            job.replicas * FLAGS.gradient_accumulation_steps):
-        raise ValueError(
-            f"`global_batch_size` must be divisible by the replicas "
-            f"({job.replicas}) times --gradient_accumulation_steps "
-            f"({FLAGS.gradient_accumulation_steps}). Received: "
-            f"global_batch_size={FLAGS.global_batch_size}"
-        )
+    batch = FLAGS.global_batch_size
+    require(batch % job.replicas == 0, "global_batch_size", batch,
+            f"divisible by the number of replicas ({job.replicas})")
+    require(batch % (job.replicas * FLAGS.gradient_accumulation_steps) == 0,
+            "global_batch_size", batch,
+            f"divisible by the replicas ({job.replicas}) times "
+            f"--gradient_accumulation_steps "
+            f"({FLAGS.gradient_accumulation_steps})")
     keras.utils.set_random_seed(FLAGS.seed)
     if FLAGS.deterministic:
         _make_deterministic()
@@ -262,7 +236,7 @@ def train(job, start):
     val_accuracy = float(val_metrics["accuracy"])
     checkpoints.save_final(
         job.model, os.path.join(out_dir, "checkpoints"), out_dir,
-        job.initial_epoch + epochs_run)
+        job.initial_epoch + epochs_run, F["keep_checkpoints"])
     summary_path = os.path.join(out_dir, "summary.json")
     images_per_sec = throughput.images_per_sec()
     images_timed, seconds_timed = throughput.timed()
@@ -345,11 +319,9 @@ def _check_sizes(FLAGS, spec, drop_remainder):
         raise ValueError(
             f"`global_batch_size` is larger than the {spec.num_train} "
             f"training images. Received: global_batch_size={batch}")
-    if FLAGS.warmup_epochs is not None and FLAGS.warmup_epochs >= FLAGS.epochs:
-        raise ValueError(
-            f"`warmup_epochs` must be less than `epochs` ({FLAGS.epochs}): "
-            f"the warmup would never end. "
-            f"Received: warmup_epochs={FLAGS.warmup_epochs}")
+    require(FLAGS.warmup_epochs is None or FLAGS.warmup_epochs < FLAGS.epochs,
+            "warmup_epochs", FLAGS.warmup_epochs,
+            f"less than `epochs` ({FLAGS.epochs}): the warmup would never end")
     val_batches = (spec.num_validation // batch if drop_remainder
                    else math.ceil(spec.num_validation / batch))
     if val_batches < 1:
@@ -376,10 +348,28 @@ def _make_deterministic():
         torch.use_deterministic_algorithms(True)
 
 
-def _check(condition, name, expected):
-    if not condition:
-        value = flags.FLAGS[name].value
-        raise ValueError(f"`{name}` must be {expected}. Received: {name}={value}")
+def _check_flags(FLAGS):
+    """The numeric flags' ranges (a `ValueError` naming flag and value)."""
+    for name, minimum in (("global_batch_size", 1), ("epochs", 1),
+                          ("steps_per_epoch", 0),
+                          ("gradient_accumulation_steps", 1),
+                          ("resnet_width", 1), ("num_classes", 0),
+                          ("keep_checkpoints", 0), ("num_train_examples", 0),
+                          ("num_validation_examples", 0)):
+        check_int(name, FLAGS[name].value, minimum)
+    require(FLAGS.resnet_depth >= 8 and (FLAGS.resnet_depth - 2) % 6 == 0,
+            "resnet_depth", FLAGS.resnet_depth,
+            "6n + 2 with n >= 1 (8, 14, 20, ...)")
+    for name, valid, expected in (
+            ("warmup_epochs", lambda x: x >= 0, ">= 0"),
+            ("base_learning_rate", lambda x: x >= 0, ">= 0"),
+            ("weight_decay", lambda x: x >= 0, ">= 0"),
+            ("eta", lambda x: x > 0, "> 0"),
+            ("label_smoothing", lambda x: 0 <= x < 1, "in [0, 1)"),
+            ("bn_momentum", lambda x: 0 <= x < 1, "in [0, 1)"),
+            ("topk_density", lambda x: 0 < x <= 1, "in (0, 1]")):
+        # optional: `--warmup_epochs` is None unless given.
+        check_number(name, FLAGS[name].value, valid, expected, optional=True)
 
 
 def _distribution(FLAGS):
@@ -440,9 +430,9 @@ def _multi_worker_strategy(FLAGS):
         raise ValueError(
             "The TF_CONFIG environment variable must be JSON (or unset for "
             f"one worker). Received: TF_CONFIG={raw!r}") from None
-    _check(FLAGS.collective_timeout_seconds >= 0,
-           "collective_timeout_seconds", ">= 0")
-    _check(FLAGS.workers_per_node >= 0, "workers_per_node", ">= 0")
+    check_number("collective_timeout_seconds",
+                 FLAGS.collective_timeout_seconds, lambda x: x >= 0, ">= 0")
+    check_int("workers_per_node", FLAGS.workers_per_node, 0)
     import tensorflow as tf
 
     from keras_largebatch import distribute

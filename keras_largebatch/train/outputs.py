@@ -6,7 +6,8 @@
     history.csv             one row per epoch, kept across resumed runs
     run_config.json         the flags of the first run (checked when resuming)
     epochs_raised.json      each later raise of --epochs (see resume.py)
-    checkpoints/epoch_NNN.weights.h5, final.weights.h5, final.keras
+    checkpoints/epoch_NNN.weights.h5, epoch_NNN.keras (the last epoch)
+    final.keras             the last epoch's file under a second name
                             (see checkpoints.py)
     backup/                 the state at the last epoch's end (`Backup`)
     tensorboard/            train/ and validation/ scalars per epoch: loss,
@@ -22,10 +23,13 @@ one, so a failed run never leaves a half-written file.
 import csv
 import json
 import os
-import tempfile
 import time
 
 import keras
+
+from keras_largebatch._shared import atomic_path
+from keras_largebatch._shared import atomic_write
+
 
 class OutputError(ValueError):
     """Bad `model_dir` (the command reports it on one line, exit code 2)."""
@@ -60,21 +64,8 @@ def check_model_dir(model_dir, run_config):
     return resume.check(model_dir, run_config)
 
 
-def write_atomic(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def write_json(path, obj):
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_history(csv_path):
@@ -113,10 +104,11 @@ def plot_learning_curves(history, path, title=""):
         ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    tmp = os.path.join(os.path.dirname(path), f".tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 class Throughput(keras.callbacks.Callback):
@@ -183,10 +175,8 @@ class Backup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
-        tmp = os.path.join(self.backup_dir,
-                           f".tmp-{os.getpid()}-latest.weights.h5")
-        self.model.save_weights(tmp)
-        os.replace(tmp, self._weights_path)
+        with atomic_path(self._weights_path) as tmp:
+            self.model.save_weights(tmp)
         write_json(self._training_metadata_path, {
             "epoch": self._current_epoch,
             "batch": self._last_batch_seen,

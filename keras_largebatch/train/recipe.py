@@ -25,6 +25,7 @@ import keras
 
 import keras_largebatch
 from keras_largebatch import applications
+from keras_largebatch._shared import require
 
 DEFAULT_IMAGE_SIZE = {"alexnet_bn": 67, "resnet50": 32, "resnet50_v1_5": 32,
                       "resnet_cifar": 32}
@@ -81,6 +82,8 @@ def _has_gpu():
 def build_model(model_name, image_size, num_classes, bn_momentum=None,
                 channels=3, depth=20, width=16):
     """Builds an untrained model under the current dtype policy."""
+    require(model_name in DEFAULT_IMAGE_SIZE, "model", model_name,
+            "one of alexnet_bn, resnet50, resnet50_v1_5, resnet_cifar")
     shape = (image_size, image_size, channels)
     if model_name == "resnet_cifar":
         model = applications.ResNetCIFAR(
@@ -88,17 +91,11 @@ def build_model(model_name, image_size, num_classes, bn_momentum=None,
     elif model_name == "alexnet_bn":
         model = applications.AlexNetBN(
             weights=None, input_shape=shape, classes=num_classes)
-    elif model_name in ("resnet50", "resnet50_v1_5"):
+    else:
         variant = "v1" if model_name == "resnet50" else "v1.5"
         model = applications.ResNet50(
             weights=None, input_shape=shape, classes=num_classes,
             variant=variant)
-    else:
-        raise ValueError(
-            "`model` must be one of alexnet_bn, resnet50, resnet50_v1_5, "
-            "resnet_cifar. "
-            f"Received: model={model_name!r}"
-        )
     if bn_momentum is not None:
         for layer in model.layers:
             if isinstance(layer, keras.layers.BatchNormalization):
@@ -183,6 +180,8 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
     With `gradient_accumulation_steps > 1` the optimizer averages that many
     batches' gradients before each update, as Keras' optimizers do.
     """
+    require(name in DEFAULT_BASE_LR, "optimizer", name,
+            "one of lars_mixed, lars, lamb_mixed, lamb, sgd")
     kwargs = {}
     if gradient_accumulation_steps > 1:
         kwargs["gradient_accumulation_steps"] = gradient_accumulation_steps
@@ -198,12 +197,7 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
             keras_largebatch.LAMBMixed)
         return cls(learning_rate, weight_decay=weight_decay, **kwargs)
     cls = {"lars": keras_largebatch.LARS,
-           "lars_mixed": keras_largebatch.LARSMixed}.get(name)
-    if cls is None:
-        raise ValueError(
-            "`optimizer` must be one of lars_mixed, lars, lamb_mixed, lamb, "
-            f"sgd. Received: optimizer={name!r}"
-        )
+           "lars_mixed": keras_largebatch.LARSMixed}[name]
     return cls(learning_rate, momentum=momentum, eta=eta,
                weight_decay=weight_decay, **kwargs)
 

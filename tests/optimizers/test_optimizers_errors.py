@@ -40,7 +40,7 @@ def test_bad_hyperparameter_is_named_with_its_value(cls, kwargs, argument, shown
         ({"beta_1": 1.0}, "beta_1", "beta_1=1.0"),
         ({"beta_1": -0.1}, "beta_1", "beta_1=-0.1"),
         ({"beta_2": 1.0}, "beta_2", "beta_2=1.0"),
-        ({"beta_2": "0.99"}, "beta_2", "beta_2=0.99"),
+        ({"beta_2": "0.99"}, "beta_2", "beta_2='0.99'"),
         ({"epsilon": 0.0}, "epsilon", "epsilon=0.0"),
         ({"weight_decay": -1e-4}, "weight_decay", "weight_decay=-0.0001"),
         ({"trust_clip": 1}, "trust_clip", "trust_clip=1"),

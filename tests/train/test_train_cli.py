@@ -101,6 +101,27 @@ def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(
     assert _snapshot(old_run) == before
 
 
+@pytest.mark.parametrize("flag, shown", [
+    ("--global_batch_size=0", "`global_batch_size` must be an int >= 1"),
+    ("--epochs=0", "`epochs` must be an int >= 1"),
+    ("--steps_per_epoch=-1", "`steps_per_epoch` must be an int >= 0"),
+    ("--keep_checkpoints=-1", "`keep_checkpoints` must be an int >= 0"),
+    ("--resnet_depth=9", "`resnet_depth` must be 6n + 2"),
+    ("--warmup_epochs=-0.5", "`warmup_epochs` must be a float >= 0"),
+    ("--eta=0", "`eta` must be a float > 0"),
+    ("--label_smoothing=1", "`label_smoothing` must be a float in [0, 1)"),
+])
+def test_out_of_range_flag_exits_2_naming_it_and_its_value(
+        flag, shown, tmp_path, capsys):
+    capsys.readouterr()
+    assert _run(*TINY, flag, f"--model_dir={tmp_path}/run") == 2
+    err = capsys.readouterr().err.strip()
+    name, value = flag[2:].split("=")
+    assert err.startswith("keras-largebatch-train: error:") and "\n" not in err
+    assert shown in err and f"Received: {name}={value}" in err, err
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_global_batch_not_divisible_by_replicas_exits_2(
         old_run, monkeypatch, capsys):
     monkeypatch.setattr(train_main, "_distribution",
@@ -141,8 +162,9 @@ def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
     png = (model_dir / "learning_curves.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     ckpts = sorted(os.listdir(model_dir / "checkpoints"))
-    assert ckpts == ["epoch_001.weights.h5", "epoch_002.weights.h5",
-                     "final.weights.h5"]
+    assert ckpts == ["epoch_001.weights.h5", "epoch_002.keras"]
+    assert os.path.samefile(model_dir / "final.keras",
+                            model_dir / "checkpoints" / "epoch_002.keras")
 
     # Same flags again: restored at epoch 2, nothing left to train.
     assert _run(*TINY, "--epochs=2", f"--model_dir={model_dir}") == 0
@@ -159,6 +181,11 @@ def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
     with open(model_dir / "history.csv") as f:
         epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
     assert epochs == [0, 1, 2]
+    # The earlier final model is epoch 2's checkpoint now; epoch 3's is final.
+    assert sorted(os.listdir(model_dir / "checkpoints")) == [
+        "epoch_002.keras", "epoch_003.keras"]
+    assert os.path.samefile(model_dir / "final.keras",
+                            model_dir / "checkpoints" / "epoch_003.keras")
 
 
 def test_default_flags_are_the_documented_default_run():

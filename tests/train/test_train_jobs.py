@@ -166,40 +166,90 @@ def _floats(path, group=None):
     return sum(sizes)
 
 
+def _keras_floats(path, tmp_path):
+    with zipfile.ZipFile(path) as archive:
+        archive.extract("model.weights.h5", tmp_path)
+    return _floats(tmp_path / "model.weights.h5")
+
+
 def test_checkpoints_keep_two_epochs_and_hold_each_variable_once(
         small, tmp_path):
     model_dir = tmp_path / "run"
     assert _run(*TINY, "--epochs=3", f"--model_dir={model_dir}") == 0
     folder = model_dir / "checkpoints"
+    # Two epoch checkpoints; the last is the final model, exported as
+    # final.keras under a second name: the same bytes, not a third copy.
     assert sorted(os.listdir(folder)) == [
-        "epoch_002.weights.h5", "epoch_003.weights.h5", "final.weights.h5"]
+        "epoch_002.weights.h5", "epoch_003.keras"]
+    assert os.path.samefile(model_dir / "final.keras",
+                            folder / "epoch_003.keras")
     model = keras.saving.load_model(model_dir / "final.keras")
     assert getattr(model, "optimizer", None) is None
     weights = sum(int(w.numpy().size) for w in model.weights)
-    with zipfile.ZipFile(model_dir / "final.keras") as archive:
-        archive.extract("model.weights.h5", tmp_path)
-    assert _floats(tmp_path / "model.weights.h5") == weights
-    for name in os.listdir(folder):
-        assert _floats(folder / name) == weights, name
-    # The final weights are the last epoch's file, not a fourth copy.
-    assert os.path.samefile(folder / "final.weights.h5",
-                            folder / "epoch_003.weights.h5")
+    assert _keras_floats(folder / "epoch_003.keras", tmp_path) == weights
+    assert _floats(folder / "epoch_002.weights.h5") == weights
     # The backup: the weights, the optimizer's variables once, no more.
     trainable = sum(int(w.numpy().size) for w in model.trainable_weights)
     backup = _floats(model_dir / "backup" / "latest.weights.h5")
     assert weights + trainable <= backup < weights + trainable + 20
-    reference = keras.Model(model.inputs, model.outputs)
-    reference.load_weights(folder / "final.weights.h5")
-    for a, b in zip(model.weights, reference.weights):
-        assert a.path == b.path
+    # Either format loads into the model by path.
+    for name in ("epoch_002.weights.h5", "epoch_003.keras"):
+        reference = keras.Model(model.inputs, model.outputs)
+        reference.load_weights(folder / name)
+        for a, b in zip(model.weights, reference.weights):
+            assert a.path == b.path
 
 
-def test_keep_checkpoints_zero_keeps_only_the_final_weights(small, tmp_path):
+def test_keep_checkpoints_zero_keeps_only_the_final_model(small, tmp_path):
     model_dir = tmp_path / "run"
     assert _run(*TINY, "--epochs=2", "--keep_checkpoints=0",
                 f"--model_dir={model_dir}") == 0
-    assert os.listdir(model_dir / "checkpoints") == ["final.weights.h5"]
-    assert os.path.exists(model_dir / "final.keras")
+    assert os.listdir(model_dir / "checkpoints") == []
+    assert os.stat(model_dir / "final.keras").st_nlink == 1
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert _run(f"--model_dir={model_dir}", "--mode=eval",
+                "--verbose=0") == 0
+    result = json.loads((model_dir / "eval.json").read_text())
+    assert (result["checkpoint"], result["epoch"]) == ("final.keras", None)
+    assert result["val_accuracy"] == pytest.approx(summary["val_accuracy"])
+
+
+# AlexNet-BN at 67x67 with 10 classes (the default run's model);
+# test_train_recipe derives the count layer by layer.
+ALEXNET_BN_PARAMS = 20_214_538
+
+
+def _disk_bytes(folder, skip):
+    """Bytes of the files under `folder` but not under `skip`, each file
+    once however many names it has (as `du` counts)."""
+    seen, total = set(), 0
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) != str(skip)]
+        for name in names:
+            stat = os.stat(os.path.join(root, name))
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_size
+    return total
+
+
+def test_default_run_leaves_under_three_times_the_weight_bytes(tmp_path):
+    # The default flags (AlexNet-BN on digits, --keep_checkpoints=2) with
+    # one step per epoch: the files do not depend on the number of steps.
+    model_dir = tmp_path / "run"
+    assert _run(f"--model_dir={model_dir}", "--epochs=3",
+                "--steps_per_epoch=1", "--verbose=0") == 0
+    weight_bytes = 4 * ALEXNET_BN_PARAMS  # float32 variables
+    model = keras.saving.load_model(model_dir / "final.keras")
+    assert model.count_params() == ALEXNET_BN_PARAMS
+    # Everything but backup/: checkpoints, final.keras, logs, plot, JSON.
+    written = _disk_bytes(model_dir, skip=model_dir / "backup")
+    assert written <= 3 * weight_bytes, written / weight_bytes
+    # The weights twice (epoch 2, and the final model under two names),
+    # plus at most 1% of headers, configs and logs.
+    assert sorted(os.listdir(model_dir / "checkpoints")) == [
+        "epoch_002.weights.h5", "epoch_003.keras"]
+    assert written <= 2.01 * weight_bytes, written / weight_bytes
 
 
 def _tensorboard_tags(folder):
@@ -236,7 +286,7 @@ def test_tensorboard_top5_and_eval_of_the_latest_checkpoint(
                 "--verbose=0") == 0
     result = json.loads((model_dir / "eval.json").read_text())
     assert result["checkpoint"] == os.path.join("checkpoints",
-                                                "epoch_002.weights.h5")
+                                                "epoch_002.keras")
     assert result["epoch"] == 2
     assert result["val_accuracy"] == pytest.approx(summary["val_accuracy"])
     assert result["top5_accuracy"] == pytest.approx(summary["top5_accuracy"])

@@ -89,11 +89,16 @@ def test_init_weights_of_another_architecture_is_rejected(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("suffix", [".weights.h5", ".keras"])
 def test_init_weights_with_other_classes_loads_all_but_the_classifier(
-        tmp_path):
+        tmp_path, suffix):
+    # .keras: another run's final.keras (a model without optimizer).
     source = recipe.build_model("alexnet_bn", 67, 7)
-    path = str(tmp_path / "source.weights.h5")
-    source.save_weights(path)
+    path = str(tmp_path / f"source{suffix}")
+    if suffix == ".keras":
+        source.save(path)
+    else:
+        source.save_weights(path)
     model = recipe.build_model("alexnet_bn", 67, 3)
     head = model.get_layer("predictions").get_weights()[0].copy()
     recipe.load_init_weights(model, path)

@@ -3,6 +3,7 @@
 import json
 import math
 
+from keras_largebatch._shared import atomic_write
 from keras_largebatch._shared import require
 from keras_largebatch.distribute.cost_model.alpha_beta import MiB
 from keras_largebatch.distribute.cost_model.alpha_beta import Network
@@ -177,12 +178,10 @@ def run(fv):
         finite = [
             {k: (None if v == math.inf else v) for k, v in r.items()} for r in rows
         ]
-        with open(fv.json_out, "w") as f:
-            json.dump(
-                {"network": network._asdict(), "timings": timings, "rows": finite},
-                f,
-                indent=1,
-            )
+        atomic_write(fv.json_out, json.dumps(
+            {"network": network._asdict(), "timings": timings, "rows": finite},
+            indent=1,
+        ))
     return rows
 
 
