@@ -355,7 +355,9 @@ def main():
             record = json.load(f)
     if not (args.report_only and record.get("args")):
         record.update(
-            args=vars(args),
+            # The output path as the repository sees it, not this machine.
+            args=dict(vars(args), out=os.path.relpath(
+                os.path.abspath(args.out), os.path.dirname(HERE))),
             command="python bench/large_batch_study.py "
                     + " ".join(sys.argv[1:]),
             machine=f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",

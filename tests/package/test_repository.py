@@ -10,6 +10,23 @@ TEXT = {".py", ".md", ".json", ".sh", ".toml", ".cfg", ".txt", ".cc", ".h",
 
 
 def _text_files():
+    """The repository's files: git's list in a checkout (not what tests and
+    runs leave behind, such as `.hypothesis/` or `runs/`), else a walk."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+            check=True,
+        ).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        listed = None
+    if listed is not None:
+        for name in filter(None, listed):
+            path = ROOT / name
+            if path.is_file() and path.suffix in TEXT:
+                yield path
+        return
     for path in ROOT.rglob("*"):
         parts = path.relative_to(ROOT).parts
         if (path.is_file() and path.suffix in TEXT
