@@ -240,7 +240,7 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         self._node_of_task = tuple(node_of_task)
         self._key_base = key_base
         self._num_nodes = len(set(self._node_of_task))
-        # (tensors, wire bytes, "hierarchical" | "flat" | "sparse" |
+        # (tensors, wire bytes, "hierarchical" | "flat" | "sparse-flat" |
         # "sparse-hierarchical") per bucket built:
         # once per trace in a tf.function, every call when eager.
         self.bucket_log = collections.deque(maxlen=1024)
@@ -380,11 +380,9 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
                     hierarchical = self._num_nodes > 1
                 if replica_id == 0:
                     kind = "hierarchical" if hierarchical else "flat"
-                    self.bucket_log.append((
-                        len(tensors), wire_bytes,
-                        f"sparse-{kind}".replace("-flat", "")
-                        if sparse_bucket else kind,
-                    ))
+                    if sparse_bucket:
+                        kind = "sparse-" + kind
+                    self.bucket_log.append((len(tensors), wire_bytes, kind))
                 if sparse_bucket:
                     residuals = functools.partial(
                         self._residuals, device, replica_id, signature,
@@ -416,25 +414,19 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
 
     def _sparse(self, buffer, residuals, hierarchical, replica_id, options):
         """The top-k exchange of one bucket (see `sparse.py`): among all
-        replicas, or among node leaders between a dense intra-node
-        all-reduce and an intra-node broadcast. `residuals()` returns the
-        bucket's residuals, created on first use: only on the replicas that
-        exchange."""
+        replicas, or as the node leaders' step of the hierarchy (dense
+        inside each node). `residuals()` returns the bucket's residuals,
+        created on first use: only on the replicas that exchange."""
         if not hierarchical:
             return self._sparse_exchange(
                 buffer, residuals, self._launchers[replica_id], options
             )
-        intra = self._intra_launchers[replica_id]
-        if self._node_group_size > 1:
-            buffer = intra.all_reduce(buffer, None, options)
-        is_source = self._leader_launcher is not None and replica_id == 0
-        if is_source:
-            buffer = self._sparse_exchange(
-                buffer, residuals, self._leader_launcher, options
-            )
-        if self._node_group_size > 1:
-            buffer = intra.broadcast(buffer, is_source, options)
-        return buffer
+        return self._hierarchical(
+            buffer, replica_id, options,
+            lambda b: self._sparse_exchange(
+                b, residuals, self._leader_launcher, options
+            ),
+        )
 
     def _sparse_exchange(self, buffer, residuals, launcher, options):
         size = buffer.shape.num_elements()
@@ -460,13 +452,17 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         with ops.control_dependencies(updates):
             return array_ops.identity(result)
 
-    def _hierarchical(self, buffer, replica_id, options):
+    def _hierarchical(self, buffer, replica_id, options, across_nodes=None):
+        """Intra-node all-reduce, `across_nodes` on the node leaders (their
+        all-reduce by default), intra-node broadcast."""
         intra = self._intra_launchers[replica_id]
         if self._node_group_size > 1:
             buffer = intra.all_reduce(buffer, None, options)
         is_source = self._leader_launcher is not None and replica_id == 0
         if is_source:
-            buffer = self._leader_launcher.all_reduce(buffer, None, options)
+            buffer = (across_nodes or (
+                lambda b: self._leader_launcher.all_reduce(b, None, options)
+            ))(buffer)
         if self._node_group_size > 1:
             buffer = intra.broadcast(buffer, is_source, options)
         return buffer
