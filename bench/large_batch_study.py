@@ -262,8 +262,9 @@ def report(record, path):
         lines.append(f"- ({name}) {c['text']}: **{verdict}** — "
                      + ", ".join(f"{k} {v:.4f}" for k, v in c.items()
                                  if isinstance(v, float)))
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    from keras_largebatch._shared import atomic_write
+
+    atomic_write(path, "\n".join(lines) + "\n")
     return "\n".join(lines)
 
 

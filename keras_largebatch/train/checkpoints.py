@@ -21,6 +21,7 @@ import glob
 import os
 import re
 import shutil
+import zipfile
 
 import keras
 
@@ -44,9 +45,28 @@ def save_weights(model, path):
 
 
 def save_model(model, path):
-    """Writes `model` (no optimizer state) as a `.keras` file atomically."""
+    """Writes `model` (no optimizer state) as a `.keras` file atomically.
+
+    Keras stores the archive's members uncompressed; they are deflated
+    here (float32 weights shrink by about 7%, and `keras.models.load_model`
+    reads either).
+    """
     with atomic_path(path) as tmp:
         weights_only(model).save(tmp)
+        _deflate(tmp)
+
+
+def _deflate(path):
+    packed = path + ".deflated"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(
+            packed, "w", compression=zipfile.ZIP_DEFLATED,
+            compresslevel=1) as dst:
+        for info in src.infolist():
+            with src.open(info) as data, dst.open(
+                    info.filename, "w",
+                    force_zip64=info.file_size >= 2**31 - 1) as out:
+                shutil.copyfileobj(data, out, 1 << 20)
+    os.replace(packed, path)
 
 
 class EpochCheckpoints(keras.callbacks.Callback):
