@@ -287,9 +287,11 @@ def plot(record, path):
         tops = [best(runs, "short", opt, b) for b in batches]
         ax1.plot(batches, [t["val_accuracy"] for t in tops], "-o", color=c,
                  label=f"{opt}, best of sweep ({record['args']['short_epochs']} ep)")
-        longs = [best(runs, "long", opt, b) for b in batches]
-        if all(longs):
-            ax1.plot(batches, [t["val_accuracy"] for t in longs], "--s",
+        # The long runs that exist (a batch may not have one yet).
+        longs = [t for t in (best(runs, "long", opt, b) for b in batches) if t]
+        if longs:
+            ax1.plot([t["batch"] for t in longs],
+                     [t["val_accuracy"] for t in longs], "--s",
                      color=c, label=f"{opt}, {record['args']['long_epochs']} ep")
             for t in longs:
                 ax2.plot(range(1, t["epochs"] + 1), t["val_accuracy_per_epoch"],
