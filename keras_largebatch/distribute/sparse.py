@@ -17,8 +17,8 @@ Values travel as float32 and indices as their int32 bits in the same
 float32 buffer, so one all-gather moves `2 k p` numbers (the cost model's
 `sparse_allgather_time`). A bucket whose accumulated values are not all
 finite (an overflow under `LARSMixed`: the step is skipped and the loss
-scale halved) sends them as selected and starts its residual again from
-zero, so an inf never lives on in the residual.
+scale halved) sends NaNs, so that every peer's sum shows the overflow, and
+starts its residual again from zero: an inf never lives on in it.
 
 Selection (`select`): `tf.math.top_k` on buckets of at most
 `exact_max_elements` values; above that MSTopK (Shi et al. 2020, Alg. 2),
@@ -70,6 +70,9 @@ def select(x, k, exact_max_elements=EXACT_MAX_ELEMENTS, iterations=ITERATIONS):
     """
     n = int(x.shape[0])
     a = tf.abs(tf.cast(x, tf.float32))
+    # Selection in finite arithmetic: an inf or a NaN (see `sparsify`)
+    # would make the thresholds NaN.
+    a = tf.where(tf.math.is_finite(a), a, tf.zeros_like(a))
     if n <= exact_max_elements or k >= n:
         return tf.math.top_k(a, k, sorted=False).indices
     k64 = tf.constant(k, tf.int64)
@@ -107,7 +110,9 @@ def sparsify(acc, k, exact_max_elements=EXACT_MAX_ELEMENTS,
 
     `values = acc[indices]`; `remainder` is `acc` with those entries set to
     zero, so `remainder + scatter(indices, values) == acc` exactly. When
-    `acc` holds an inf or a NaN the remainder is all zeros.
+    `acc` holds an inf or a NaN, the values sent are all NaN (so that every
+    peer's sum shows the overflow, as a dense all-reduce would, and
+    `LARSMixed` skips the step everywhere) and the remainder is all zeros.
     """
     indices = select(acc, k, exact_max_elements, iterations)
     values = tf.gather(acc, indices)
@@ -115,6 +120,7 @@ def sparsify(acc, k, exact_max_elements=EXACT_MAX_ELEMENTS,
         acc, indices[:, None], tf.zeros_like(values)
     )
     finite = tf.reduce_all(tf.math.is_finite(acc))
+    values = tf.where(finite, values, tf.fill(tf.shape(values), math.nan))
     remainder = tf.where(finite, remainder, tf.zeros_like(remainder))
     return values, indices, remainder
 

@@ -103,10 +103,21 @@ def test_residual_plus_sent_is_the_accumulated_gradient_exactly(mstopk):
     np.testing.assert_array_equal(back, acc)
 
 
-def test_a_non_finite_bucket_restarts_its_residual_from_zero():
-    acc = _gradient_like(1000, 5)
-    acc[17] = np.inf
-    _, _, remainder = sparse.sparsify(tf.constant(acc), 10)
+@pytest.mark.parametrize("mstopk", [False, True])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_a_non_finite_bucket_sends_nan_and_restarts_its_residual(mstopk, bad):
+    # An overflow under LARSMixed: every peer's sum must show it (the step
+    # is skipped everywhere), and no inf may live on in the residual.
+    acc = _gradient_like(200_000, 5)
+    acc[17] = bad
+    acc[90_000:90_010] = np.inf  # several, so that a mean would be inf
+    k = sparse.num_selected(acc.size, 0.01)
+    values, indices, remainder = sparse.sparsify(
+        tf.constant(acc), k, 0 if mstopk else acc.size
+    )
+    indices = indices.numpy()
+    assert len(set(indices.tolist())) == k and indices.min() >= 0
+    assert np.all(np.isnan(values.numpy()))
     assert not np.any(remainder.numpy())
 
 
