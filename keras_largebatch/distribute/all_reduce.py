@@ -66,6 +66,7 @@ from tensorflow.python.ops import array_ops
 from tensorflow.python.ops import collective_ops
 from tensorflow.python.util import nest
 
+from keras_largebatch._shared import check_int
 from keras_largebatch.distribute import compression as compression_lib
 from keras_largebatch.distribute import native
 from keras_largebatch.distribute import sparse
@@ -224,7 +225,7 @@ class FusedCollectiveAllReduce(cross_device_ops.CollectiveAllReduce):
         residuals=None,
     ):
         sparse.check_density(topk_density)
-        sparse.check_exact_max_elements(topk_exact_max_elements)
+        check_int("topk_exact_max_elements", topk_exact_max_elements, 0)
         super().__init__(
             devices, group_size, options, collective_keys, canonicalize_devices
         )

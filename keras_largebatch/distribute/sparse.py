@@ -42,8 +42,8 @@ import math
 import os
 
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
-from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 
 # Plain graph code (no Python control flow on tensors): AutoGraph, which
@@ -172,8 +172,6 @@ class Residuals(tf.Module):
 def _local_variable(tensor, name):
     # Not `tf.Variable`: under a strategy's scope that would make a mirrored
     # variable; a residual belongs to its worker alone.
-    from tensorflow.python.ops import resource_variable_ops
-
     return resource_variable_ops.ResourceVariable(
         tf.zeros(tensor.shape, tensor.dtype), trainable=False, name=name,
     )
@@ -189,10 +187,6 @@ def check_density(density):
     """Requires a density in (0, 1]."""
     return check_number("topk_density", density, lambda d: 0 < d <= 1,
                         "in (0, 1]")
-
-
-def check_exact_max_elements(value):
-    return check_int("topk_exact_max_elements", value, 0)
 
 
 def residual_checkpoint_callback(strategy, directory):
