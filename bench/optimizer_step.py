@@ -11,9 +11,12 @@ Per backend, the step is run the way that backend's trainer runs it:
 TensorFlow `apply` inside `tf.function` (and with XLA), JAX a jitted
 `stateless_apply` with the state donated as Keras' trainer donates it, torch
 eager `apply`. Also reports the
-floor: a minimal jitted JAX LARS (norms, then one fused update) against a
-minimal jitted JAX SGD; LARS must read every weight and gradient once more
-for the norms, so no implementation gets below that ratio.
+floors: a minimal jitted JAX LARS (norms, then one fused update) against a
+minimal jitted JAX SGD, and the same for LAMB against Adam, in plain
+jax.numpy with the same donation; LARS must read every weight and gradient
+once more for the norms, LAMB its update `r` (which the trust ratio needs
+whole before any weight moves), so no implementation on top of XLA gets
+below those ratios.
 
     python bench/optimizer_step.py                      # all three backends
     python bench/optimizer_step.py --backends jax --steps 30
@@ -129,19 +132,15 @@ def measure_backend(steps, only=None):
 
 
 def _jax_floor(grads, variables, steps):
-    """Minimal jitted SGD and LARS in plain jax.numpy (no Keras)."""
+    """Minimal jitted SGD, LARS, Adam and LAMB in plain jax.numpy (no
+    Keras), their state donated as Keras' trainer donates it."""
     import jax
     import jax.numpy as jnp
 
-    ws = [jnp.array(v.value) for v in variables]
-    vs = [jnp.zeros_like(w) for w in ws]
-
-    @jax.jit
     def sgd(ws, vs, gs):
         vs = [0.9 * v + 0.1 * g for v, g in zip(vs, gs)]
         return [w - v for w, v in zip(ws, vs)], vs
 
-    @jax.jit
     def lars(ws, vs, gs):
         new_ws, new_vs = [], []
         for w, v, g in zip(ws, vs, gs):
@@ -152,10 +151,39 @@ def _jax_floor(grads, variables, steps):
             new_vs.append(v)
         return new_ws, new_vs
 
+    def adam(ws, mvs, gs, layerwise=False):
+        new_ws, new_mvs = [], []
+        for w, (m, v), g in zip(ws, mvs, gs):
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            r = (m / 0.1) / (jnp.sqrt(v / 0.001) + 1e-7)
+            if layerwise:  # LAMB: decay in r, then the trust ratio
+                r = r + 1e-2 * w
+                wn, rn = jnp.linalg.norm(w), jnp.linalg.norm(r)
+                r = r * jnp.where((wn > 0) & (rn > 0), wn / rn, 1.0)
+            new_ws.append(w - 1e-3 * r)
+            new_mvs.append((m, v))
+        return new_ws, new_mvs
+
+    def lamb(ws, mvs, gs):
+        return adam(ws, mvs, gs, layerwise=True)
+
     out = {}
-    for name, fn in (("floor_SGD", sgd), ("floor_LARS", lars)):
-        _store(out, name, _median_ms(lambda: fn(ws, vs, grads), steps,
-                                     sync=jax.block_until_ready))
+    for name, fn, slots in (("floor_SGD", sgd, 1), ("floor_LARS", lars, 1),
+                            ("floor_Adam", adam, 2), ("floor_LAMB", lamb, 2)):
+        step = jax.jit(fn, donate_argnums=(0, 1))
+        zeros = lambda v: jnp.zeros(v.shape, "float32")  # noqa: E731
+        state = {
+            "ws": [jnp.array(v.value) for v in variables],
+            "slots": [zeros(v) if slots == 1 else (zeros(v), zeros(v))
+                      for v in variables],
+        }
+
+        def run(step=step, state=state):
+            state["ws"], state["slots"] = step(state["ws"], state["slots"], grads)
+            return state["ws"]
+
+        _store(out, name, _median_ms(run, steps, sync=jax.block_until_ready))
     return out
 
 
@@ -207,10 +235,11 @@ def main():
                       + " | ".join(f"{x:.1f}" for x in ms) + " | "
                       + " | ".join(f"{x:.2f}" for x in ratios) + " |")
         for backend, r in table.items():
-            if "floor_SGD" + suffix in r:
-                sgd, lars = r["floor_SGD" + suffix], r["floor_LARS" + suffix]
-                print(f"\nfloor, minimal jitted JAX LARS/SGD: {lars:.1f} / "
-                      f"{sgd:.1f} ms = {lars / sgd:.2f}")
+            for rule, base in (("LARS", "SGD"), ("LAMB", "Adam")):
+                if f"floor_{rule}{suffix}" in r:
+                    a, b = r[f"floor_{rule}{suffix}"], r[f"floor_{base}{suffix}"]
+                    print(f"\nfloor, minimal jitted JAX {rule}/{base}: "
+                          f"{a:.1f} / {b:.1f} ms = {a / b:.2f}")
     print(f"\nload average at start: {load_at_start}")
     print("GPU rows: no GPU available on this machine (not measured).")
     record = {

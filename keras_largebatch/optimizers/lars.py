@@ -113,7 +113,12 @@ class LARS(layerwise.LayerwiseOptimizer):
         wd = self.weight_decay if decayed else 0.0
         g_scale = self._gradient_scale  # 1 / loss_scale, folded in
         if adapted:
-            w_norm, g_norm = layerwise.norm(w), layerwise.norm(g)
+            known = self._known_squared_norms or {}
+            w_norm = layerwise.norm(w)
+            if id(gradient) in known:
+                g_norm = ops.sqrt(known[id(gradient)])
+            else:
+                g_norm = layerwise.norm(g)
             if g_scale is not None:
                 g_norm = g_norm * g_scale
             valid = ops.logical_and(w_norm > 0, g_norm > 0)

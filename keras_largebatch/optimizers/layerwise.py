@@ -8,6 +8,8 @@ variable (`keras_largebatch.decay`): kernels only, minus the variables whose
 minus Keras' own `exclude_from_weight_decay(var_list=..., var_names=...)`.
 """
 
+import functools
+
 import keras
 from keras import ops
 
@@ -55,8 +57,9 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     `update_step` folds into its own multiplications by the gradient."""
 
     _known_squared_norms = None
-    """Set by the mixed optimizers on torch for one step: the gradients'
-    squared norms from the finiteness check, by tensor id."""
+    """Set by the mixed optimizers for one step: the gradients' squared
+    norms from the finiteness check, by tensor id (LARS reuses them as its
+    gradient norms instead of reading each gradient again)."""
 
     use_fused_path = True
     """Use the backend's fused kernels where there are some.
@@ -152,7 +155,55 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
 
 
 def norm(x):
-    return ops.sqrt(ops.sum(ops.square(x)))
+    return ops.sqrt(squared_norm(x))
+
+
+def squared_norm(x):
+    """sum(x ** 2) in one read of `x`, by backend.
+
+    - TensorFlow without XLA: the `L2Loss` kernel (the generic ops would
+      materialise `x ** 2` first).
+    - TensorFlow's XLA on a CPU compiles a reduction into a slow scalar
+      loop (ResNet-50's 214 gradients: 83 ms, against 12 ms for `L2Loss`).
+      There the sum is the trace of `Xᵀ X` for `x` viewed as an `[n/8, 8]`
+      matrix `X`, a matrix product XLA hands to its vectorised, threaded
+      GEMM (16 ms; a dot product of `x` with itself, used for sizes not
+      divisible by 8, 26 ms).
+    - Otherwise the reduction: XLA on a GPU fuses it, JAX's XLA:CPU
+      compiles it well, torch's fused paths have their own
+      (`torch_foreach.squared_norms`).
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.sum(ops.square(x))
+    import tensorflow as tf
+
+    if not _in_xla_context():
+        return 2.0 * tf.nn.l2_loss(x)
+    if _on_accelerator():
+        return tf.reduce_sum(tf.square(x))
+    flat = tf.reshape(x, [-1])
+    size = flat.shape[0]
+    if size is not None and size % 8 == 0 and size >= 4096:
+        columns = tf.reshape(flat, [-1, 8])
+        return tf.linalg.trace(tf.matmul(columns, columns, transpose_a=True))
+    return tf.tensordot(flat, flat, 1)
+
+
+def _in_xla_context():
+    """Whether TensorFlow is tracing for XLA (`jit_compile=True`)."""
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    graph = tf.compat.v1.get_default_graph()
+    return control_flow_util.GraphOrParentsInXlaContext(graph)
+
+
+@functools.cache
+def _on_accelerator():
+    """Whether TensorFlow has a GPU, where XLA would compile for it."""
+    import tensorflow as tf
+
+    return bool(tf.config.list_logical_devices("GPU"))
 
 
 def trust_ratio(numerator, denominator, valid):

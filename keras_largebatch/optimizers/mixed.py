@@ -15,7 +15,7 @@ else:
 The unscaling is folded into the rule's own pass over the gradient (the
 inner optimizer multiplies by `1 / loss_scale` where it scales anyway), so
 the only extra pass is the finiteness check, one read of each gradient (its
-sum of squares; on torch LARS reuses those sums as its gradient norms).
+sum of squares, which LARS reuses as its gradient norms).
 Where the inner optimizer clips or accumulates gradients, those need
 unscaled values: the gradients are unscaled first (on torch in place, in
 one pass with the check, as `torch.amp.GradScaler` does).
@@ -25,6 +25,7 @@ import keras
 from keras import ops
 
 from keras_largebatch import decay
+from keras_largebatch.optimizers import layerwise
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
@@ -148,6 +149,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             self.inner_optimizer.apply(grads, trainable_variables=targets)
         finally:
             self.inner_optimizer._gradient_scale = None
+            self.inner_optimizer._known_squared_norms = None
         for v, master in zip(variables, targets):
             if master is not v:
                 v.assign(ops.cast(master, v.dtype))
@@ -185,39 +187,43 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         grads = [
             None if g is None else ops.cast(g, "float32") for g in grads
         ]
-        inner = self.inner_optimizer
         folds = self._folds_unscaling()
         if folds:
-            finite, known = torch_foreach.check_finite(grads)
+            finite = self.check_finite(grads)
         else:
             inverse = 1.0 / self.dynamic_scale.value
-            finite, known = torch_foreach.unscale_and_check(grads, inverse), None
+            finite = torch_foreach.unscale_and_check(grads, inverse)
         if not bool(finite):
             self._stateful_handle_non_finite_grads()
             return
         self._grads_unscaled = not folds
-        inner._known_squared_norms = known
         try:
             self._stateful_handle_finite_grads(grads, trainable_variables)
         finally:
             self._grads_unscaled = False
-            inner._known_squared_norms = None
 
     def check_finite(self, grads):
-        """All finite, from each gradient's sum of squares: on JAX, XLA
-        merges it with the rule's own gradient norm (one read, not two)."""
+        """All finite, from each gradient's sum of squares. The sums are
+        kept for this step, by tensor, as the inner rule's
+        `_known_squared_norms`: LARS takes its gradient norms from them
+        rather than read each gradient again (on JAX, XLA would merge the
+        two reads anyway; TensorFlow and torch do not)."""
         if keras.backend.backend() == "torch":
             from keras_largebatch.optimizers import torch_foreach
 
-            return torch_foreach.check_finite(grads)[0]
-        squares = [
-            ops.sum(ops.square(ops.cast(g, "float32")))
-            for g in grads
-            if g is not None
-        ]
-        if not squares:
-            return ops.convert_to_tensor(True)
-        return ops.isfinite(ops.sum(ops.stack(squares)))
+            finite, known = torch_foreach.check_finite(grads)
+        else:
+            tensors = [g for g in grads if g is not None]
+            squares = [
+                layerwise.squared_norm(ops.cast(g, "float32")) for g in tensors
+            ]
+            known = dict(zip(map(id, tensors), squares))
+            finite = (
+                ops.isfinite(ops.sum(ops.stack(squares)))
+                if squares else ops.convert_to_tensor(True)
+            )
+        self.inner_optimizer._known_squared_norms = known
+        return finite
 
     def _stateless_handle_finite_grads(
         self, optimizer_variables, grads, trainable_variables

@@ -254,6 +254,124 @@ def test_fused_backend_path_equals_generic_path(momentum, nesterov, weight_decay
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch CPU kernel")
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_torch_cpu_fused_sgd_kernel_is_taken_and_leaves_gradients_alone(
+    monkeypatch, nesterov
+):
+    # On a CPU the momentum update runs in `torch._fused_sgd_`, once per
+    # variable; the caller's gradient tensors are applied twice here, so a
+    # kernel that unscaled them in place would make the second step wrong.
+    import torch
+
+    calls = []
+    kernel = torch._fused_sgd_
+    monkeypatch.setattr(
+        torch, "_fused_sgd_", lambda *a, **k: calls.append(1) or kernel(*a, **k)
+    )
+    model = build_model()
+    variables = model.trainable_variables
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    rng = np.random.default_rng(9)
+    grads_np = [
+        (10.0 ** rng.uniform(-6, -2, v.shape) * rng.choice([-1, 1], v.shape))
+        .astype("float32")
+        for v in variables
+    ]
+    grads = [torch.tensor(g) for g in grads_np]
+    optimizer = klb.LARS(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2,
+                         nesterov=nesterov)
+    for _ in range(2):
+        optimizer.apply(grads, variables)
+    assert len(calls) == 2 * len(variables)
+    for g, g_np in zip(grads, grads_np):
+        np.testing.assert_array_equal(g.numpy(), g_np)
+    expected = reference_lars(
+        initial, [grads_np, grads_np], 0.1, 0.9, 0.02, 1e-2, 0.0, nesterov,
+        KERNEL, KERNEL,
+    )
+    assert_close_to_reference(variables, expected)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TF kernels")
+@pytest.mark.parametrize("shape", [(3,), (5, 7), (64, 64), (64, 65), (3, 3, 16, 32)])
+@pytest.mark.parametrize("jit", [False, True])
+def test_tensorflow_squared_norm_paths_equal_float64(shape, jit):
+    # Eager and graph: L2Loss. XLA on a CPU: trace(XᵀX) for sizes that are
+    # multiples of 8 (from 4,096), a dot product otherwise.
+    import tensorflow as tf
+
+    from keras_largebatch.optimizers import layerwise
+
+    rng = np.random.default_rng(11)
+    x = (10.0 ** rng.uniform(-6, -2, shape) * rng.choice([-1, 1], shape))
+    x32 = x.astype("float32")
+    got = tf.function(layerwise.squared_norm, jit_compile=jit)(tf.constant(x32))
+    expected = np.sum(x32.astype(np.float64) ** 2)
+    np.testing.assert_allclose(float(got), expected, rtol=2e-6)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="XLA via TF")
+@pytest.mark.parametrize("mixed", [False, True])
+def test_tensorflow_xla_step_with_large_kernels_matches_reference(mixed):
+    # Kernels of 8,192 and 4,104 values take the XLA:CPU norm paths (the
+    # matrix product and the dot); LARSMixed takes its gradient norms from
+    # the finiteness check.
+    import tensorflow as tf
+
+    inputs = keras.Input((64,))
+    x = keras.layers.Dense(128, name="wide")(inputs)
+    outputs = keras.layers.Dense(3, name="head")(
+        keras.layers.Dense(57, name="odd")(keras.layers.Dense(72, name="mid")(x))
+    )
+    variables = keras.Model(inputs, outputs).trainable_variables
+    rng = np.random.default_rng(12)
+    grad_steps = [
+        [(10.0 ** rng.uniform(-6, -2, v.shape) * rng.choice([-1, 1], v.shape))
+         .astype("float32") for v in variables]
+        for _ in range(3)
+    ]
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    kwargs = dict(momentum=0.9, eta=0.02, weight_decay=1e-2)
+    scale = 2.0**10 if mixed else 1.0
+    optimizer = (klb.LARSMixed(0.1, initial_scale=scale, **kwargs) if mixed
+                 else klb.LARS(0.1, **kwargs))
+    optimizer.build(variables)
+    step = tf.function(lambda g: optimizer.apply(g, variables), jit_compile=True)
+    for grads in grad_steps:
+        step([tf.constant(g * np.float32(scale)) for g in grads])
+    kernel = [v.path.endswith("kernel") for v in variables]
+    expected = reference_lars(
+        initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, False, kernel, kernel
+    )
+    assert_close_to_reference(variables, expected)
+
+
+def test_mixed_takes_gradient_norms_from_the_finiteness_check(monkeypatch):
+    # One read of each gradient serves the check and the trust ratio: the
+    # rule computes only weight norms (the generic path; torch's fused path
+    # reads the same sums through `torch_foreach.norms`).
+    from keras_largebatch.optimizers import layerwise
+
+    calls = []
+    norm = layerwise.norm
+    monkeypatch.setattr(layerwise, "norm", lambda x: calls.append(1) or norm(x))
+    model = build_model()
+    variables = model.trainable_variables
+    optimizer = klb.LARSMixed(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2,
+                              initial_scale=2.0**10)
+    optimizer.inner_optimizer.use_fused_path = False
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    grads = random_grads(variables, 1, np.random.default_rng(13))[0]
+    grads = [g * np.float32(1e-3) for g in grads]
+    optimizer.apply([g * np.float32(2.0**10) for g in grads], variables)
+    assert len(calls) == sum(KERNEL)  # one norm per adapted weight, no more
+    expected = reference_lars(
+        initial, [grads], 0.1, 0.9, 0.02, 1e-2, 0.0, False, KERNEL, KERNEL
+    )
+    assert_close_to_reference(variables, expected)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="XLA via TF")
 def test_tensorflow_step_compiles_with_xla_and_matches_reference():
     # Keras' TF trainer jit-compiles the train step on GPUs.
