@@ -1,3 +1,4 @@
+import keras
 from keras import ops
 
 from keras_largebatch._shared import check_number
@@ -111,20 +112,21 @@ class LAMB(layerwise.LayerwiseOptimizer):
         lr = ops.cast(learning_rate, "float32")
         index = self._get_variable_index(variable)
         m, v = self.momentums[index], self.velocities[index]
-        c_m, c_v = 1.0 - self.beta_1, 1.0 - self.beta_2
-        if self._gradient_scale is not None:  # 1 / loss_scale, folded in
-            c_m = c_m * self._gradient_scale
-            c_v = c_v * ops.square(self._gradient_scale)
-        m_new = ops.add(ops.multiply(m, self.beta_1), ops.multiply(g, c_m))
-        v_new = ops.add(
-            ops.multiply(v, self.beta_2), ops.multiply(ops.square(g), c_v)
+        if self._gradient_scale is not None:  # 1 / loss_scale
+            g = ops.multiply(g, self._gradient_scale)
+        # In place, as Keras' Adam: m += (1 - beta_1) * (g - m), and so v.
+        self.assign_add(m, ops.multiply(ops.subtract(g, m), 1.0 - self.beta_1))
+        self.assign_add(
+            v, ops.multiply(ops.subtract(ops.square(g), v), 1.0 - self.beta_2)
         )
-        self.assign(m, m_new)
-        self.assign(v, v_new)
+        # r = (m / c1) / (sqrt(v / c2) + eps)
+        #   = m * (sqrt(c2) / c1) / (sqrt(v) + eps * sqrt(c2)),
+        # the bias corrections on scalars rather than on whole tensors.
         correction_1, correction_2 = self.bias_corrections()
+        root_2 = ops.sqrt(correction_2)
         r = ops.divide(
-            m_new / correction_1,
-            ops.sqrt(v_new / correction_2) + self.epsilon,
+            ops.multiply(m, root_2 / correction_1),
+            ops.add(ops.sqrt(v), self.epsilon * root_2),
         )
         if decayed:
             r = ops.add(r, ops.multiply(w, self.weight_decay))
@@ -135,9 +137,12 @@ class LAMB(layerwise.LayerwiseOptimizer):
             if self.trust_clip:
                 trust = ops.minimum(trust, 1.0)
             lr = lr * trust
-        self.assign(
-            variable, ops.cast(ops.subtract(w, r * lr), variable.dtype)
-        )
+        if keras.backend.standardize_dtype(variable.dtype) == "float32":
+            self.assign_sub(variable, ops.multiply(r, lr))
+        else:
+            self.assign(
+                variable, ops.cast(ops.subtract(w, r * lr), variable.dtype)
+            )
 
     def get_config(self):
         config = super().get_config()
