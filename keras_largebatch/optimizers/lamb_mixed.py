@@ -14,7 +14,7 @@ class LAMBMixed(mixed.MixedOptimizer):
     if not all_finite(g):                 # skip: nothing is written
         loss_scale /= 2
     else:
-        g = float32(g) / loss_scale       # one multiply, fused on XLA and torch
+        g = float32(g) / loss_scale       # one multiply (folded on torch)
         master = LAMB(master, g)          # the LAMB rule, in float32
         w = cast(master, w.dtype)         # float16 / bfloat16 variables
     ```
