@@ -113,12 +113,11 @@ class LARS(layerwise.LayerwiseOptimizer):
         wd = self.weight_decay if decayed else 0.0
         g_scale = self._gradient_scale  # 1 / loss_scale, folded in
         if adapted:
-            known = self._known_squared_norms or {}
             w_norm = layerwise.norm(w)
-            if id(gradient) in known:
-                g_norm = ops.sqrt(known[id(gradient)])
-            else:
-                g_norm = layerwise.norm(g)
+            known = layerwise.known_squared_norm(
+                self._known_squared_norms, gradient
+            )
+            g_norm = layerwise.norm(g) if known is None else ops.sqrt(known)
             if g_scale is not None:
                 g_norm = g_norm * g_scale
             valid = ops.logical_and(w_norm > 0, g_norm > 0)

@@ -58,8 +58,9 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
 
     _known_squared_norms = None
     """Set by the mixed optimizers for one step: the gradients' squared
-    norms from the finiteness check, by tensor id (LARS reuses them as its
-    gradient norms instead of reading each gradient again)."""
+    norms from the finiteness check, `{id(g): (g, sum(g ** 2))}` (LARS
+    reuses them as its gradient norms instead of reading each gradient
+    again); read with `known_squared_norm`."""
 
     use_fused_path = True
     """Use the backend's fused kernels where there are some.
@@ -152,6 +153,13 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             }
         )
         return config
+
+
+def known_squared_norm(known, tensor):
+    """The squared norm the finiteness check took of this very tensor (the
+    entry holds the tensor, so its id cannot be reused), else None."""
+    entry = (known or {}).get(id(tensor))
+    return entry[1] if entry is not None and entry[0] is tensor else None
 
 
 def norm(x):

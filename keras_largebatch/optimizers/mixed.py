@@ -177,6 +177,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             if bool(finite):
                 self._stateful_handle_finite_grads(grads, trainable_variables)
             else:
+                self.inner_optimizer._known_squared_norms = None
                 self._stateful_handle_non_finite_grads()
             return
         super()._common_apply(grads, trainable_variables)
@@ -194,6 +195,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             inverse = 1.0 / self.dynamic_scale.value
             finite = torch_foreach.unscale_and_check(grads, inverse)
         if not bool(finite):
+            self.inner_optimizer._known_squared_norms = None
             self._stateful_handle_non_finite_grads()
             return
         self._grads_unscaled = not folds
@@ -217,7 +219,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             squares = [
                 layerwise.squared_norm(ops.cast(g, "float32")) for g in tensors
             ]
-            known = dict(zip(map(id, tensors), squares))
+            known = {id(g): (g, s) for g, s in zip(tensors, squares)}
             finite = (
                 ops.isfinite(ops.sum(ops.stack(squares)))
                 if squares else ops.convert_to_tensor(True)

@@ -4,6 +4,8 @@ variables go through `torch._foreach_*`, the norms, the finiteness check."""
 import keras
 import torch
 
+from keras_largebatch.optimizers import layerwise
+
 
 def split(optimizer, grads, variables):
     """Returns `(fused, others)`: `fused` holds `(g, v, flags)` for dense
@@ -34,10 +36,12 @@ def squared_norms(tensors):
 
 
 def norms(tensors, known=None):
-    """The L2 norm of each tensor; `known` maps `id(tensor)` to a squared
-    norm computed earlier in the step (by the finiteness check)."""
-    if known and all(id(t) in known for t in tensors):
-        return torch.stack([known[id(t)] for t in tensors]).sqrt()
+    """The L2 norm of each tensor; `known` holds squared norms computed
+    earlier in the step (by the finiteness check), as
+    `layerwise.known_squared_norm` reads them."""
+    squares = [layerwise.known_squared_norm(known, t) for t in tensors]
+    if all(s is not None for s in squares):
+        return torch.stack(squares).sqrt()
     return squared_norms(tensors).sqrt()
 
 
@@ -51,7 +55,7 @@ def check_finite(grads):
     if not tensors:
         return torch.tensor(True), {}
     squares = squared_norms(tensors)
-    known = dict(zip(map(id, tensors), torch.unbind(squares)))
+    known = {id(t): (t, s) for t, s in zip(tensors, torch.unbind(squares))}
     return torch.isfinite(squares.sum()), known
 
 
