@@ -11,7 +11,9 @@ table). Three phases, every run one `keras-largebatch-train` process:
    is at an edge; the recipe's warmup is kept;
 2. the best rate of each (optimizer, batch) again with a second seed;
 3. long budget (`--long_epochs`): the best short-budget rate of each
-   (optimizer, batch), once.
+   (optimizer, batch), once. Each budget is kept apart (its epochs are in
+   the run's key), so a longer one can be added later and claim (b) is
+   reported per budget.
 
 It writes `<out>.json` (every run: flags, per-epoch curves, final and best
 validation accuracy, wall time), `<out>.md` (the tables and the claims as
@@ -103,6 +105,35 @@ def one_run(spec, args):
         finished=datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"),
     )
+
+
+def precise_bn_eval(run, args, count):
+    """The run's final model evaluated with batch-norm statistics averaged
+    over `count` training batches (`--mode=eval --precise_bn_batches`)."""
+    model_dir = os.path.join(args.work_dir, run_key(run).replace("|", "_"))
+    # Only the run's own model: a folder reused by another run (or gone)
+    # says so by its summary.
+    try:
+        with open(os.path.join(model_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except OSError:
+        summary = {}
+    if summary.get("val_accuracy") != run["val_accuracy"]:
+        print(f"precise BN {run_key(run)}: skipped, {model_dir} does not "
+              "hold this run's model", flush=True)
+        return None
+    cmd = [sys.executable, "-c",
+           "from keras_largebatch.train.main import run; run()",
+           f"--model_dir={model_dir}", "--mode=eval",
+           f"--precise_bn_batches={count}", "--verbose=0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"eval failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    with open(os.path.join(model_dir, "eval.json")) as f:
+        result = json.load(f)
+    return dict(precise_bn_batches=count,
+                val_accuracy=result["val_accuracy"],
+                val_loss=result["val_loss"])
 
 
 def best(runs, phase, optimizer, batch):
@@ -210,11 +241,17 @@ def claims(record):
                  f"best is >= 2 points above SGD's best",
             lars_mixed=lars_l, sgd=sgd_l, difference_points=100 * gap,
             holds=gap >= 0.02)
-    sgd_s = acc("long", "sgd", small)
-    sgd_l, lars_l = acc("long", "sgd", large), acc("long", "lars_mixed", large)
-    if None not in (sgd_s, sgd_l, lars_l):
-        out["b"] = dict(
-            text=f"at {args['long_epochs']} epochs, LARSMixed at {large} is "
+    # Claim (b) at every long budget that has its three runs.
+    for epochs in long_budgets(runs):
+        at = [r for r in runs if r["phase"] != "long" or r["epochs"] == epochs]
+        sgd_s = (best(at, "long", "sgd", small) or {}).get("val_accuracy")
+        sgd_l = (best(at, "long", "sgd", large) or {}).get("val_accuracy")
+        lars_l = (best(at, "long", "lars_mixed", large) or {}).get(
+            "val_accuracy")
+        if None in (sgd_s, sgd_l, lars_l):
+            continue
+        out[f"b ({epochs} epochs)"] = dict(
+            text=f"at {epochs} epochs, LARSMixed at {large} is "
                  f"within 1 point of SGD at {small}, and SGD at {large} is "
                  f">= 2 points below it",
             sgd_small=sgd_s, lars_mixed_large=lars_l, sgd_large=sgd_l,
@@ -222,6 +259,10 @@ def claims(record):
             sgd_gap_points=100 * (sgd_s - sgd_l),
             holds=(sgd_s - lars_l) <= 0.01 and (sgd_s - sgd_l) >= 0.02)
     return out
+
+
+def long_budgets(runs):
+    return sorted({r["epochs"] for r in runs if r["phase"] == "long"})
 
 
 def report(record, path):
@@ -242,8 +283,8 @@ def report(record, path):
         "",
         "| phase | optimizer | batch | epochs | peak rate (recipe) | warmup "
         "epochs | seed | final val acc | best epoch val acc | final train "
-        "loss | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "loss | wall s | val acc, precise BN |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {"short": 0, "seed": 1, "long": 2}
     for r in sorted(runs, key=lambda r: (order[r["phase"]], r["optimizer"],
@@ -253,7 +294,9 @@ def report(record, path):
             f"{r['epochs']} | {r['rate']:.4g} ({r['default_rate']:.4g}) | "
             f"{r['warmup_epochs']:.2f} | {r['seed']} | "
             f"{r['val_accuracy']:.4f} | {r['best_val_accuracy']:.4f} | "
-            f"{r['train_loss_per_epoch'][-1]:.4f} | {r['wall_seconds']:.0f} |")
+            f"{r['train_loss_per_epoch'][-1]:.4f} | {r['wall_seconds']:.0f} | "
+            + (f"{r['precise_bn']['val_accuracy']:.4f} |" if r.get("precise_bn")
+               else "|"))
     lines += ["", "## Claims, as measured", ""]
     for name, c in record["claims"].items():
         verdict = "holds" if c["holds"] else "does not hold"
@@ -287,16 +330,22 @@ def plot(record, path):
         tops = [best(runs, "short", opt, b) for b in batches]
         ax1.plot(batches, [t["val_accuracy"] for t in tops], "-o", color=c,
                  label=f"{opt}, best of sweep ({record['args']['short_epochs']} ep)")
-        # The long runs that exist (a batch may not have one yet).
-        longs = [t for t in (best(runs, "long", opt, b) for b in batches) if t]
-        if longs:
+        # The long runs that exist (a batch may not have one yet), per budget.
+        for epochs, marker in zip(long_budgets(runs), "s^Dv"):
+            at = [r for r in runs if r["phase"] == "long"
+                  and r["epochs"] == epochs]
+            longs = [t for t in (best(at, "long", opt, b) for b in batches)
+                     if t]
+            if not longs:
+                continue
             ax1.plot([t["batch"] for t in longs],
-                     [t["val_accuracy"] for t in longs], "--s",
-                     color=c, label=f"{opt}, {record['args']['long_epochs']} ep")
+                     [t["val_accuracy"] for t in longs], "--" + marker,
+                     color=c, label=f"{opt}, {epochs} ep")
             for t in longs:
                 ax2.plot(range(1, t["epochs"] + 1), t["val_accuracy_per_epoch"],
                          "-" if t["batch"] == batches[0] else "--", color=c,
-                         label=f"{opt}, batch {t['batch']}, lr {t['rate']:.3g}")
+                         label=f"{opt}, batch {t['batch']}, {epochs} ep, "
+                               f"lr {t['rate']:.3g}")
     ax1.set_xscale("log", base=2)
     ax1.set_xlabel("global batch")
     ax1.set_ylabel("final validation accuracy")
@@ -343,10 +392,20 @@ def main():
              "(batch norm per batch of it, as per replica on a cluster)")
     parser.add_argument("--steps_per_epoch", type=int, default=0)
     parser.add_argument("--phases", nargs="+", default=["short", "seed", "long"])
+    parser.add_argument(
+        "--batches", type=int, nargs="+", default=[],
+        help="run only these global batches (default: all), e.g. to split "
+             "the study over two processes with their own --out")
     parser.add_argument("--work_dir", default=os.path.join("runs", "study"))
     parser.add_argument("--out", default=os.path.join(
         RESULTS, "large_batch_study"))
     parser.add_argument("--report_only", action="store_true")
+    parser.add_argument(
+        "--precise_bn_eval", type=int, default=0,
+        help="N > 0: evaluate the final model of each long and seed run and "
+             "of the best short run of each (optimizer, batch) again with "
+             "batch-norm statistics averaged over N training batches "
+             "(precise BN)")
     args = parser.parse_args()
 
     from keras_largebatch._shared import atomic_write
@@ -375,7 +434,9 @@ def main():
 
     if not args.report_only:
         for spec in plan(args, record["runs"]):
-            if spec["phase"] not in args.phases or run_key(spec) in done:
+            if (spec["phase"] not in args.phases or run_key(spec) in done
+                    or spec["optimizer"] not in args.optimizers
+                    or args.batches and spec["batch"] not in args.batches):
                 continue
             r = one_run(spec, args)
             record["runs"].append(r)
@@ -385,6 +446,20 @@ def main():
                   f"lr {r['rate']:8.4g} seed {r['seed']} -> val "
                   f"{r['val_accuracy']:.4f} ({r['wall_seconds']:.0f} s)",
                   flush=True)
+    if args.precise_bn_eval and not args.report_only:
+        tops = {id(best(record["runs"], "short", r["optimizer"], r["batch"]))
+                for r in record["runs"]}
+        for r in record["runs"]:
+            if (r["phase"] != "short" or id(r) in tops) and (
+                    (r.get("precise_bn") or {}).get("precise_bn_batches")
+                    != args.precise_bn_eval):
+                result = precise_bn_eval(r, args, args.precise_bn_eval)
+                if result is None:
+                    continue
+                r["precise_bn"] = result
+                save()
+                print(f"precise BN {run_key(r)}: {r['val_accuracy']:.4f} -> "
+                      f"{result['val_accuracy']:.4f}", flush=True)
     save()
     print(report(record, args.out + ".md"))
     if record["runs"]:

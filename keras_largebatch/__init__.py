@@ -3,7 +3,7 @@
 LARS, LAMB and their mixed-precision variants LARSMixed and LAMBMixed (the
 rule in float32 on unscaled gradients, dynamic loss scaling, float32 master
 weights), weight-decay filtering for biases and batch-norm parameters,
-warmup + polynomial-decay schedules. The `keras_largebatch.applications`
+warmup + polynomial-decay schedules, precise batch-norm statistics. The `keras_largebatch.applications`
 package holds AlexNet-BN, ResNet-50 and a CIFAR ResNet;
 `keras_largebatch.distribute` (TensorFlow) the fused, hierarchical all-reduce.
 """
@@ -18,6 +18,8 @@ from keras_largebatch.optimizers import LAMB
 from keras_largebatch.optimizers import LAMBMixed
 from keras_largebatch.optimizers import LARS
 from keras_largebatch.optimizers import LARSMixed
+from keras_largebatch.precise_bn import PreciseBatchNorm
+from keras_largebatch.precise_bn import recompute_batch_norm_statistics
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.schedules import mlperf_lars_rate
 from keras_largebatch.schedules import scale_learning_rate
@@ -29,10 +31,12 @@ __all__ = [
     "LAMBMixed",
     "LARS",
     "LARSMixed",
+    "PreciseBatchNorm",
     "WarmupPolynomialDecay",
     "exclude_bias_and_norm",
     "mlperf_lars_rate",
     "no_decay_variables",
+    "recompute_batch_norm_statistics",
     "scale_learning_rate",
 ]
 

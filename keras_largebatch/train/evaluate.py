@@ -9,7 +9,11 @@ the run, as for resuming. Writes `model_dir/eval.json`:
 
     {"checkpoint": "checkpoints/epoch_006.keras", "epoch": 6,
      "val_accuracy": ..., "val_loss": ..., "top5_accuracy": ... (> 10
-     classes), "num_validation": ..., "backend": ...}
+     classes), "num_validation": ..., "backend": ...,
+     "precise_bn_batches": 0}
+
+With `--precise_bn_batches=N` the checkpoint's batch-norm statistics are
+first recomputed over N training batches of its last epoch.
 """
 
 import json
@@ -53,6 +57,15 @@ def evaluate(job):
             "`mode=eval` found no checkpoint in `model_dir` (checkpoints/ "
             f"or final.keras). Received: model_dir={job.model_dir!r}")
     checkpoints.weights_only(job.model).load_weights(path)
+    count = job.flags["precise_bn_batches"]
+    if count:
+        from keras_largebatch.precise_bn import recompute_batch_norm_statistics
+        from keras_largebatch.train.main import precise_bn_batches
+
+        # final.keras has no epoch in its name: it is the last one.
+        epoch = checkpoints.epoch_of(path) or job.flags["epochs"]
+        recompute_batch_norm_statistics(
+            job.model, precise_bn_batches(job, epoch - 1), count)
     metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
     result = {
         "checkpoint": os.path.relpath(path, job.model_dir),
@@ -61,6 +74,9 @@ def evaluate(job):
         "val_loss": float(metrics["loss"]),
         "num_validation": job.spec.num_validation,
         "backend": keras.backend.backend(),
+        # Batch-norm statistics: the checkpoint's moving averages (0), or
+        # recomputed over this many training batches.
+        "precise_bn_batches": count,
     }
     if "top5_accuracy" in metrics:
         result["top5_accuracy"] = float(metrics["top5_accuracy"])

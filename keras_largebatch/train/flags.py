@@ -112,6 +112,13 @@ def define_flags():
         "Batch-norm moving-average momentum (0.9 as in MLPerf's ResNet; "
         "Keras' 0.99 lags behind in runs of a few hundred steps).",
     )
+    flags.DEFINE_integer(
+        "precise_bn_batches", 0,
+        "Before each evaluation (and in --mode=eval), set batch norm's "
+        "statistics to their average over this many training batches "
+        "(Goyal et al.'s precise BN); 0: the moving averages. Not with "
+        "--distribution=multi_worker.",
+    )
     flags.DEFINE_enum(
         "augment", "auto", ("auto", "none", "light", "crop_flip"),
         "auto: light (shift/zoom, no flip) for digit data sets, crop_flip "

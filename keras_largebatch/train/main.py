@@ -135,6 +135,7 @@ def prepare(FLAGS):
         spec.num_train // job.step_batch if drop
         else math.ceil(spec.num_train / job.step_batch))
     job.steps_per_epoch = per_epoch
+    job.augmenter = augmenter
     job.train_ds, job.val_ds = data.batch(
         spec, job.step_batch, augmenter, FLAGS.seed, drop,
         steps_per_epoch=FLAGS.steps_per_epoch or None, epochs=FLAGS.epochs,
@@ -192,6 +193,31 @@ def _residual_checkpoints(job, backup_dir):
         _STRATEGY[0], os.path.join(backup_dir, "topk_residuals"))]
 
 
+def precise_bn_batches(job, epoch):
+    """The `--precise_bn_batches` training batches for `epoch`: augmented
+    and normalized as in training, one batch-norm batch each (the step's
+    batch, a micro-batch under accumulation), a function of the seed and
+    the epoch only (a resumed run recomputes the same statistics)."""
+    from keras_largebatch.train import data
+
+    count = job.flags["precise_bn_batches"]
+    train_ds, _ = data.batch(
+        job.spec, job.step_batch, job.augmenter, job.flags["seed"] + 1,
+        drop_remainder=True, steps_per_epoch=count, epochs=epoch + 1,
+        initial_epoch=epoch)
+    return train_ds
+
+
+def _precise_bn(job):
+    count = job.flags["precise_bn_batches"]
+    if not count:
+        return []
+    from keras_largebatch.precise_bn import PreciseBatchNorm
+
+    return [PreciseBatchNorm(lambda epoch: precise_bn_batches(job, epoch),
+                             count)]
+
+
 def train(job, start):
     """Creates `model_dir`, fits (resuming), evaluates and writes outputs."""
     import keras
@@ -218,6 +244,7 @@ def train(job, start):
         outputs.Backup(os.path.join(out_dir, "backup")),
         *_residual_checkpoints(job, os.path.join(out_dir, "backup")),
         resume.step_randomness(F["seed"]),
+        *_precise_bn(job),  # Before validation, so CSV/checkpoints see it.
         keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
                                   append=True),
         checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
@@ -297,7 +324,7 @@ def _flag_names():
         "epochs", "steps_per_epoch", "gradient_accumulation_steps",
         "optimizer", "momentum", "eta",
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
-        "augment",
+        "precise_bn_batches", "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
         "keep_checkpoints", "deterministic", "mode",
         "num_train_examples", "num_validation_examples",
@@ -355,8 +382,16 @@ def _check_flags(FLAGS):
                           ("gradient_accumulation_steps", 1),
                           ("resnet_width", 1), ("num_classes", 0),
                           ("keep_checkpoints", 0), ("num_train_examples", 0),
+                          ("precise_bn_batches", 0),
                           ("num_validation_examples", 0)):
         check_int(name, FLAGS[name].value, minimum)
+    # Each worker would compute statistics of its own batches and assign
+    # them to mirrored variables: they would differ between workers.
+    require(FLAGS.precise_bn_batches == 0
+            or FLAGS.distribution != "multi_worker", "precise_bn_batches",
+            FLAGS.precise_bn_batches,
+            "0 with --distribution=multi_worker (each worker would set "
+            "different statistics)")
     require(FLAGS.resnet_depth >= 8 and (FLAGS.resnet_depth - 2) % 6 == 0,
             "resnet_depth", FLAGS.resnet_depth,
             "6n + 2 with n >= 1 (8, 14, 20, ...)")

@@ -28,7 +28,8 @@ import os
 FREE = ("model_dir", "verbose", "check_images", "distribution",
         "keep_checkpoints", "mode", "deterministic",
         "fusion_threshold_bytes", "hierarchical_threshold_bytes",
-        "workers_per_node", "collective_timeout_seconds")
+        "workers_per_node", "collective_timeout_seconds",
+        "precise_bn_batches")
 RAISES_FILE = "epochs_raised.json"
 BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
 
