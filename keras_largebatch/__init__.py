@@ -3,9 +3,10 @@
 LARS, LAMB and their mixed-precision variants LARSMixed and LAMBMixed (the
 rule in float32 on unscaled gradients, dynamic loss scaling, float32 master
 weights), weight-decay filtering for biases and batch-norm parameters,
-warmup + polynomial-decay schedules, precise batch-norm statistics. The `keras_largebatch.applications`
-package holds AlexNet-BN, ResNet-50 and a CIFAR ResNet;
-`keras_largebatch.distribute` (TensorFlow) the fused, hierarchical all-reduce.
+warmup + polynomial-decay schedules, precise batch-norm statistics. The
+`keras_largebatch.applications` package holds AlexNet-BN, ResNet-50 and a
+CIFAR ResNet; `keras_largebatch.distribute` (TensorFlow) the fused,
+hierarchical all-reduce.
 """
 
 import importlib.util as _util
