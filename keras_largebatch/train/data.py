@@ -439,7 +439,15 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
                           for e in range(initial_epoch, epochs)])
     scale = spec.normalize or (lambda x: (x - 0.5) * 2.0)
     normalize = lambda x, y: (scale(x), y)  # noqa: E731
-    train = train.map(normalize).prefetch(tf.data.AUTOTUNE)
+    # For its default optimizations tf.data rewrites a pipeline by
+    # serializing it, which copies an in-memory source once per epoch above
+    # (188 MB an epoch of Fashion-MNIST: 18 GB for 96 epochs); the maps
+    # here are parallel already, the order is unchanged.
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    train = train.map(
+        normalize, num_parallel_calls=tf.data.AUTOTUNE
+    ).prefetch(tf.data.AUTOTUNE).with_options(options)
     val = spec.validation.batch(
         global_batch_size, drop_remainder=drop_remainder
     ).map(normalize).prefetch(tf.data.AUTOTUNE)

@@ -143,3 +143,36 @@ def test_batches_are_normalized_to_minus_one_one(tmp_path):
     assert tuple(x.shape) == (16, 8, 8, 3) and tuple(y.shape) == (16, 3)
     assert -1.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1.0
     assert float(tf.reduce_min(x)) < -0.9 and float(tf.reduce_max(x)) > 0.9
+
+
+_MEMORY = r"""
+import resource, sys
+import numpy as np
+from keras_largebatch.train import data
+
+x = np.random.default_rng(0).random((5_000, 28, 28, 1), "float32")
+y = np.arange(5_000) % 10
+spec = data._from_arrays("arrays", x, y, x[:100], y[:100], 10, 28, None)
+train, _ = data.batch(spec, 256, None, 0, True, epochs=int(sys.argv[1]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+next(iter(train))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def test_memory_of_in_memory_data_does_not_grow_with_the_epochs():
+    # The training pipeline holds one sub-pipeline per epoch over the same
+    # arrays; tf.data's default rewrite used to copy the arrays into each
+    # (16 MB here: +0.4 GB at 24 epochs; 18 GB for 96 of Fashion-MNIST).
+    import subprocess
+    import sys
+
+    grown = []
+    for epochs in (2, 24):
+        out = subprocess.run(
+            [sys.executable, "-c", _MEMORY, str(epochs)], check=True,
+            capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, KERAS_BACKEND="tensorflow"))
+        grown.append(int(out.stdout.split()[-1]))
+    size = 5_000 * 28 * 28 * 4
+    assert grown[1] - grown[0] < 2 * size, grown
