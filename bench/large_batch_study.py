@@ -101,6 +101,11 @@ def one_run(spec, args):
         num_train=summary["num_train"],
         backend=summary["backend"],
         wall_seconds=time.perf_counter() - start,
+        # Every epoch's training time, from the history: more than the wall
+        # time when the run resumed from its backup (the wall time counts the
+        # last process only).
+        train_seconds=None if args.steps_per_epoch else sum(
+            summary["num_train"] / float(r["images_per_sec"]) for r in rows),
         loadavg_after=os.getloadavg()[0],
         finished=datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"),
@@ -288,6 +293,13 @@ def long_budgets(runs):
     return sorted({r["epochs"] for r in runs if r["phase"] == "long"})
 
 
+def run_seconds(r):
+    """A run's time: its wall time, or, for a run resumed from its backup,
+    the training time of all its epochs (the wall time counts the last
+    process only)."""
+    return max(r["wall_seconds"], r.get("train_seconds") or 0)
+
+
 def report(record, path):
     runs, args = record["runs"], record["args"]
     lines = [
@@ -297,7 +309,7 @@ def report(record, path):
         f"Machine: {record['machine']}. Backend: "
         f"{runs[0]['backend'] if runs else '?'}. Command: `{record['command']}`."
         f" Started {record['started']}; {len(runs)} runs, "
-        f"{sum(r['wall_seconds'] for r in runs) / 3600:.2f} h of runs.",
+        f"{sum(run_seconds(r) for r in runs) / 3600:.2f} h of runs.",
         f"Batches above {args['replica_batch']} accumulate gradients over "
         f"batches of {args['replica_batch']} (per-replica batch norm). "
         f"Label smoothing {args['label_smoothing']}, weight decay "
@@ -317,7 +329,8 @@ def report(record, path):
             f"{r['epochs']} | {r['rate']:.4g} ({r['default_rate']:.4g}) | "
             f"{r['warmup_epochs']:.2f} | {r['seed']} | "
             f"{r['val_accuracy']:.4f} | {r['best_val_accuracy']:.4f} | "
-            f"{r['train_loss_per_epoch'][-1]:.4f} | {r['wall_seconds']:.0f} | "
+            f"{r['train_loss_per_epoch'][-1]:.4f} | {run_seconds(r):.0f}"
+            f"{' (resumed)' if run_seconds(r) > r['wall_seconds'] else ''} | "
             + (f"{r['precise_bn']['val_accuracy']:.4f} |" if r.get("precise_bn")
                else "|"))
     lines += ["", "## Claims, as measured", ""]
@@ -361,7 +374,8 @@ def plot(record, path):
         ax1.plot(batches, [t["val_accuracy"] for t in tops], "-o", color=c,
                  label=f"{opt}, best of sweep ({record['args']['short_epochs']} ep)")
         # The long runs that exist (a batch may not have one yet), per budget.
-        for epochs, marker in zip(long_budgets(runs), "s^Dv"):
+        budgets = long_budgets(runs)
+        for i, (epochs, marker) in enumerate(zip(budgets, "s^Dv")):
             at = [r for r in runs if r["phase"] == "long"
                   and r["epochs"] == epochs]
             longs = [t for t in (best(at, "long", opt, b) for b in batches)
@@ -374,6 +388,7 @@ def plot(record, path):
             for t in longs:
                 ax2.plot(range(1, t["epochs"] + 1), t["val_accuracy_per_epoch"],
                          "-" if t["batch"] == batches[0] else "--", color=c,
+                         alpha=0.35 + 0.65 * (i + 1) / len(budgets),
                          label=f"{opt}, batch {t['batch']}, {epochs} ep, "
                                f"lr {t['rate']:.3g}")
     ax1.set_xscale("log", base=2)
@@ -387,7 +402,11 @@ def plot(record, path):
     ax2.grid(alpha=0.3)
     if ax2.lines:
         ax2.legend(fontsize=7)
-    ax2.set_title("long budget, best rates", fontsize=9)
+        # The end of the runs, where the gaps are, rather than the warmup.
+        final = [ln.get_ydata()[-1] for ln in ax2.lines]
+        ax2.set_ylim(min(final) - 0.08, max(final) + 0.02)
+    ax2.set_title("long budgets, best rates (later budgets darker)",
+                  fontsize=9)
     a = record["args"]
     fig.suptitle(f"ResNet-{a['depth']} (width {a['width']}) on {a['dataset']}",
                  fontsize=10)
