@@ -174,10 +174,14 @@ def plan(args, runs):
             return []
         epochs = args.long_epochs if phase == "long" else args.short_epochs
         _, warmup = recipe_default(optimizer, batch, epochs)
+        # A long budget may want another rate: `--long_rate_factors` runs
+        # multiples of the short budget's best there too.
+        factors = args.long_rate_factors if phase == "long" else [1.0]
         return [dict(phase=phase, optimizer=optimizer, batch=batch,
-                     epochs=epochs, rate=top["rate"],
+                     epochs=epochs, rate=top["rate"] * factor,
                      seed=1 if phase == "seed" else 0,
-                     default_rate=top["default_rate"], warmup_epochs=warmup)]
+                     default_rate=top["default_rate"], warmup_epochs=warmup)
+                for factor in factors]
 
     def extend(optimizer, batch):
         # A best rate at the edge of the sweep is not bracketed: go one
@@ -230,8 +234,8 @@ def claims(record):
     runs, args = record["runs"], record["args"]
     small = args["small_batch"]
     large = small * args["factors"][0]
-    acc = lambda phase, opt, b: (  # noqa: E731
-        best(runs, phase, opt, b) or {}).get("val_accuracy")
+    acc_of = lambda run: (run or {}).get("val_accuracy")  # noqa: E731
+    acc = lambda phase, opt, b: acc_of(best(runs, phase, opt, b))  # noqa: E731
     out = {}
     sgd_l, lars_l = acc("short", "sgd", large), acc("short", "lars_mixed", large)
     swept = all(
@@ -246,46 +250,45 @@ def claims(record):
                  f"best is >= 2 points above SGD's best",
             lars_mixed=lars_l, sgd=sgd_l, difference_points=100 * gap,
             holds=gap >= 0.02)
+    def long_acc(epochs, optimizer, batch):
+        at = [r for r in runs if r["phase"] == "long" and r["epochs"] == epochs]
+        return acc_of(best(at, "long", optimizer, batch))
+
     # Claim (b) at every long budget that has its three runs.
     for epochs in long_budgets(runs):
-        at = [r for r in runs if r["phase"] != "long" or r["epochs"] == epochs]
-        sgd_s = (best(at, "long", "sgd", small) or {}).get("val_accuracy")
-        sgd_l = (best(at, "long", "sgd", large) or {}).get("val_accuracy")
-        lars_l = (best(at, "long", "lars_mixed", large) or {}).get(
-            "val_accuracy")
+        sgd_s = long_acc(epochs, "sgd", small)
+        sgd_l = long_acc(epochs, "sgd", large)
+        lars_l = long_acc(epochs, "lars_mixed", large)
         text = (f"at {epochs} epochs, LARSMixed at {large} is within 1 "
                 f"point of SGD at {small}, and SGD at {large} is >= 2 points "
                 f"below it")
-        if None in (sgd_s, sgd_l, lars_l):
-            missing = [name for name, v in ((f"SGD at {small}", sgd_s),
-                                            (f"SGD at {large}", sgd_l),
-                                            (f"LARSMixed at {large}", lars_l))
-                       if v is None]
-            entry = dict(text=text, holds=None, missing=missing)
-            # Without SGD at the small batch at this budget, its longest
-            # shorter budget is a reference: the small batch's accuracy grows
-            # with the epochs, so the gaps to it are lower bounds.
-            shorter = [e for e in long_budgets(runs) if e < epochs
-                       and best([r for r in runs if r["phase"] != "long"
-                                 or r["epochs"] == e], "long", "sgd", small)]
-            if missing == [f"SGD at {small}"] and shorter:
-                ref = max(shorter)
-                sgd_s = best([r for r in runs if r["phase"] != "long"
-                              or r["epochs"] == ref], "long", "sgd",
-                             small)["val_accuracy"]
-                entry.update(
-                    reference_epochs=ref, sgd_small_at_reference=sgd_s,
-                    lars_mixed_large=lars_l, sgd_large=sgd_l,
-                    lars_gap_points_lower_bound=100 * (sgd_s - lars_l),
-                    sgd_gap_points_lower_bound=100 * (sgd_s - sgd_l))
-            out[f"b ({epochs} epochs)"] = entry
+        if None not in (sgd_s, sgd_l, lars_l):
+            out[f"b ({epochs} epochs)"] = dict(
+                text=text,
+                sgd_small=sgd_s, lars_mixed_large=lars_l, sgd_large=sgd_l,
+                lars_gap_points=100 * (sgd_s - lars_l),
+                sgd_gap_points=100 * (sgd_s - sgd_l),
+                holds=(sgd_s - lars_l) <= 0.01 and (sgd_s - sgd_l) >= 0.02)
             continue
-        out[f"b ({epochs} epochs)"] = dict(
-            text=text,
-            sgd_small=sgd_s, lars_mixed_large=lars_l, sgd_large=sgd_l,
-            lars_gap_points=100 * (sgd_s - lars_l),
-            sgd_gap_points=100 * (sgd_s - sgd_l),
-            holds=(sgd_s - lars_l) <= 0.01 and (sgd_s - sgd_l) >= 0.02)
+        missing = [name for name, v in ((f"SGD at {small}", sgd_s),
+                                        (f"SGD at {large}", sgd_l),
+                                        (f"LARSMixed at {large}", lars_l))
+                   if v is None]
+        entry = out[f"b ({epochs} epochs)"] = dict(
+            text=text, holds=None, missing=missing)
+        # Without SGD at the small batch at this budget, its longest shorter
+        # budget is the reference: the small batch's accuracy grows with the
+        # epochs, so the gaps to it are lower bounds.
+        shorter = [e for e in long_budgets(runs)
+                   if e < epochs and long_acc(e, "sgd", small) is not None]
+        if missing == [f"SGD at {small}"] and shorter:
+            ref = max(shorter)
+            sgd_s = long_acc(ref, "sgd", small)
+            entry.update(
+                reference_epochs=ref, sgd_small_at_reference=sgd_s,
+                lars_mixed_large=lars_l, sgd_large=sgd_l,
+                lars_gap_points_lower_bound=100 * (sgd_s - lars_l),
+                sgd_gap_points_lower_bound=100 * (sgd_s - sgd_l))
     return out
 
 
@@ -445,6 +448,11 @@ def main():
         "--batches", type=int, nargs="+", default=[],
         help="run only these global batches (default: all), e.g. to split "
              "the study over two processes with their own --out")
+    parser.add_argument(
+        "--long_rate_factors", type=float, nargs="+", default=[1.0],
+        help="at the long budget, run these multiples of the short budget's "
+             "best rate (default: the best rate only); claim (b) takes the "
+             "best of them")
     parser.add_argument("--work_dir", default=os.path.join("runs", "study"))
     parser.add_argument("--out", default=os.path.join(
         RESULTS, "large_batch_study"))
@@ -456,6 +464,10 @@ def main():
              "batch-norm statistics averaged over N training batches "
              "(precise BN)")
     args = parser.parse_args()
+    for factor in args.long_rate_factors:
+        if not factor > 0:
+            parser.error(f"--long_rate_factors: each factor must be > 0, got "
+                         f"{factor}")
 
     from keras_largebatch._shared import atomic_write
 
