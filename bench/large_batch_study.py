@@ -250,9 +250,9 @@ def claims(record):
                  f"best is >= 2 points above SGD's best",
             lars_mixed=lars_l, sgd=sgd_l, difference_points=100 * gap,
             holds=gap >= 0.02)
+
     def long_acc(epochs, optimizer, batch):
-        at = [r for r in runs if r["phase"] == "long" and r["epochs"] == epochs]
-        return acc_of(best(at, "long", optimizer, batch))
+        return acc_of(best_long(runs, epochs, optimizer, batch))
 
     # Claim (b) at every long budget that has its three runs.
     for epochs in long_budgets(runs):
@@ -294,6 +294,12 @@ def claims(record):
 
 def long_budgets(runs):
     return sorted({r["epochs"] for r in runs if r["phase"] == "long"})
+
+
+def best_long(runs, epochs, optimizer, batch):
+    """The best run of (optimizer, batch) at the long budget of `epochs`."""
+    at = [r for r in runs if r["phase"] == "long" and r["epochs"] == epochs]
+    return best(at, "long", optimizer, batch)
 
 
 def run_seconds(r):
@@ -379,10 +385,8 @@ def plot(record, path):
         # The long runs that exist (a batch may not have one yet), per budget.
         budgets = long_budgets(runs)
         for i, (epochs, marker) in enumerate(zip(budgets, "s^Dv")):
-            at = [r for r in runs if r["phase"] == "long"
-                  and r["epochs"] == epochs]
-            longs = [t for t in (best(at, "long", opt, b) for b in batches)
-                     if t]
+            longs = [t for t in (best_long(runs, epochs, opt, b)
+                                 for b in batches) if t]
             if not longs:
                 continue
             ax1.plot([t["batch"] for t in longs],
