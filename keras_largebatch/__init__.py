@@ -3,7 +3,8 @@
 LARS, LAMB and their mixed-precision variants LARSMixed and LAMBMixed (the
 rule in float32 on unscaled gradients, dynamic loss scaling, float32 master
 weights), weight-decay filtering for biases and batch-norm parameters,
-warmup + polynomial-decay schedules, precise batch-norm statistics. The
+warmup + polynomial-decay schedules, precise batch-norm statistics, the
+gradient noise scale measured during `fit`. The
 `keras_largebatch.applications` package holds AlexNet-BN, ResNet-50 and a
 CIFAR ResNet; `keras_largebatch.distribute` (TensorFlow) the fused,
 hierarchical all-reduce.
@@ -15,6 +16,7 @@ import sys as _sys
 
 from keras_largebatch.decay import exclude_bias_and_norm
 from keras_largebatch.decay import no_decay_variables
+from keras_largebatch.noise_scale import GradientNoiseScale
 from keras_largebatch.optimizers import LAMB
 from keras_largebatch.optimizers import LAMBMixed
 from keras_largebatch.optimizers import LARS
@@ -28,6 +30,7 @@ from keras_largebatch.schedules import scale_learning_rate
 __version__ = "0.1.0"
 
 __all__ = [
+    "GradientNoiseScale",
     "LAMB",
     "LAMBMixed",
     "LARS",

@@ -9,6 +9,7 @@ TFRecord without ImageNet's features.
 """
 
 import dataclasses
+import functools
 import glob
 import gzip
 import os
@@ -35,18 +36,47 @@ class DataError(ValueError):
 
 @dataclasses.dataclass
 class DataSpec:
+    """A data set, checked; its pipelines are built by `batch` (tf.data)
+    or `grain_data.batch` (Grain, no TensorFlow).
+
+    In-memory data sets hold `arrays` (x_train, y_train, x_val, y_val:
+    float32 images in [0, 1] at their own size, integer labels), class
+    folders hold `files` (train paths, train labels, validation paths,
+    validation labels); `train` and `validation` are their unbatched
+    `tf.data` pipelines of `(image, one_hot_label)` at `image_size` with
+    `channels`, built on first use.
+    """
+
     name: str
-    train: object
-    validation: object
     num_classes: int
     num_train: int
     num_validation: int
     channels: int = 3
+    image_size: int = 0
+    arrays: tuple = None
+    files: tuple = None
+    # () -> (train, validation) tf.data pipelines, for data only
+    # TensorFlow reads (TFRecords, and class folders as Keras reads them).
+    tf_pipelines: object = None
     # (epoch, data_pass) -> the training examples of that pass, for data
     # whose decoding is random (ImageNet's crops); else `train` is used.
     train_for_epoch: object = None
     # x in [0, 1] -> model input; None: (x - 0.5) * 2.
     normalize: object = None
+
+    @functools.cached_property
+    def _pipelines(self):
+        if self.tf_pipelines is not None:
+            return self.tf_pipelines()
+        return _tf_from_arrays(self)
+
+    @property
+    def train(self):
+        return self._pipelines[0]
+
+    @property
+    def validation(self):
+        return self._pipelines[1]
 
 
 def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
@@ -227,31 +257,51 @@ def load_synthetic(image_size, num_classes, seed=0, num_examples=512):
 
 def _from_arrays(name, x_train, y_train, x_val, y_val, num_classes,
                  image_size, channels=3):
+    native = x_train.shape[-1]
+    return DataSpec(name, num_classes, len(x_train), len(x_val),
+                    channels or native, image_size,
+                    arrays=(x_train, np.asarray(y_train, "int64"), x_val,
+                            np.asarray(y_val, "int64")))
+
+
+def _tf_from_arrays(spec):
+    """The unbatched tf.data pipelines of an in-memory `spec`."""
     import tensorflow as tf
 
-    native = x_train.shape[-1]
-    channels = channels or native
+    x_train, y_train, x_val, y_val = spec.arrays
+    size = spec.image_size
 
     def make(x, y):
-        if x.shape[1:3] != (image_size, image_size):
-            x = tf.image.resize(x, (image_size, image_size), "bilinear")
-        if native == 1 and channels == 3:
+        if x.shape[1:3] != (size, size):
+            x = tf.image.resize(x, (size, size), "bilinear")
+        if x.shape[-1] == 1 and spec.channels == 3:
             x = tf.repeat(x, 3, axis=-1)
-        labels = tf.one_hot(np.asarray(y, "int64"), num_classes)
+        labels = tf.one_hot(y, spec.num_classes)
         return tf.data.Dataset.from_tensor_slices((x, labels))
 
-    return DataSpec(name, make(x_train, y_train), make(x_val, y_val),
-                    num_classes, len(x_train), len(x_val), channels)
+    return make(x_train, y_train), make(x_val, y_val)
+
+
+def require_tensorflow(what):
+    """Raises `DataError` naming the install when TensorFlow is missing."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        raise DataError(
+            f"{what} needs TensorFlow, which is not installed: `pip install "
+            f"tensorflow-cpu` (or `keras-largebatch[tensorflow]`)") from None
 
 
 def load_directory(data_dir, image_size, seed=0, check_images=True):
-    """A folder of class subfolders (`keras.utils.image_dataset_from_directory`).
+    """A folder of class subfolders.
 
     With `train/` and `validation/` (or `val/`) inside, those are used;
-    otherwise the folder is split 80/20.
+    otherwise the folder is split 80/20 (files shuffled with `seed`, as
+    `keras.utils.image_dataset_from_directory` splits). Labels follow the
+    sorted class folders. The tf.data pipelines are Keras'
+    `image_dataset_from_directory`; the Grain pipeline decodes the same
+    files with Pillow.
     """
-    import keras
-
     root = _existing_dir(data_dir)
     split = None
     for val_name in ("validation", "val"):
@@ -261,34 +311,53 @@ def load_directory(data_dir, image_size, seed=0, check_images=True):
             split = (train_dir, val_dir)
     folders = split or (root,)
     classes = None
+    listed = []
     for folder in folders:
-        found = _check_class_folders(folder, check_images)
+        found, paths, labels = _check_class_folders(folder, check_images)
         if classes is not None and found != classes:
             raise DataError(
                 f"`data_dir` train/ and validation/ have different classes: "
                 f"{classes} vs {found}. Received: data_dir={data_dir!r}"
             )
         classes = found
-    kwargs = dict(label_mode="categorical", image_size=(image_size,) * 2,
-                  batch_size=None, seed=seed, verbose=False)
+        listed.append((paths, labels))
     if split:
-        train = keras.utils.image_dataset_from_directory(split[0], **kwargs)
-        val = keras.utils.image_dataset_from_directory(
-            split[1], shuffle=False, **kwargs)
+        (train_paths, train_labels), (val_paths, val_labels) = listed
     else:
-        train, val = keras.utils.image_dataset_from_directory(
-            root, validation_split=0.2, subset="both", **kwargs)
-    num_train = len(train.file_paths)
-    num_val = len(val.file_paths)
-    if num_train == 0 or num_val == 0:
+        paths, labels = listed[0]
+        order = np.random.RandomState(seed).permutation(len(paths))
+        cut = len(paths) - int(0.2 * len(paths))
+        train_paths = [paths[i] for i in order[:cut]]
+        train_labels = labels[order[:cut]]
+        val_paths = [paths[i] for i in order[cut:]]
+        val_labels = labels[order[cut:]]
+    if not train_paths or not val_paths:
         raise DataError(
             f"`data_dir` needs images for both training and validation "
-            f"(found {num_train} and {num_val}). Received: "
+            f"(found {len(train_paths)} and {len(val_paths)}). Received: "
             f"data_dir={data_dir!r}"
         )
-    scale = lambda x, y: (x / 255.0, y)  # noqa: E731
-    return DataSpec("directory", train.map(scale), val.map(scale),
-                    len(classes), num_train, num_val)
+
+    def tf_pipelines():
+        import keras
+
+        kwargs = dict(label_mode="categorical", image_size=(image_size,) * 2,
+                      batch_size=None, seed=seed, verbose=False)
+        if split:
+            train = keras.utils.image_dataset_from_directory(
+                split[0], **kwargs)
+            val = keras.utils.image_dataset_from_directory(
+                split[1], shuffle=False, **kwargs)
+        else:
+            train, val = keras.utils.image_dataset_from_directory(
+                root, validation_split=0.2, subset="both", **kwargs)
+        scale = lambda x, y: (x / 255.0, y)  # noqa: E731
+        return train.map(scale), val.map(scale)
+
+    return DataSpec("directory", len(classes), len(train_paths),
+                    len(val_paths), 3, image_size,
+                    files=(train_paths, train_labels, val_paths, val_labels),
+                    tf_pipelines=tf_pipelines)
 
 
 def _existing_dir(data_dir):
@@ -306,6 +375,7 @@ def _existing_dir(data_dir):
 
 
 def _check_class_folders(folder, check_images):
+    """Returns (classes, image paths, labels) of one split's folder."""
     classes = sorted(
         d for d in os.listdir(folder)
         if os.path.isdir(os.path.join(folder, d))
@@ -315,25 +385,36 @@ def _check_class_folders(folder, check_images):
             f"`data_dir` must hold one subfolder per class; none in "
             f"{folder!r}. Received: data_dir={folder!r}"
         )
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        class_dir = os.path.join(folder, name)
+        for file in sorted(os.listdir(class_dir)):
+            if file.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(os.path.join(class_dir, file))
+                labels.append(label)
     if check_images:
-        import tensorflow as tf
+        for path in paths:
+            try:
+                decode_image(path)
+            except Exception:
+                raise DataError(
+                    f"Image file does not decode (corrupt or not an "
+                    f"image): {path}. Received: data_dir={folder!r}"
+                ) from None
+    return classes, paths, np.asarray(labels, "int64")
 
-        for name in classes:
-            class_dir = os.path.join(folder, name)
-            for file in sorted(os.listdir(class_dir)):
-                if not file.lower().endswith(IMAGE_EXTENSIONS):
-                    continue
-                path = os.path.join(class_dir, file)
-                try:
-                    data = tf.io.read_file(path)
-                    tf.io.decode_image(data, channels=3,
-                                       expand_animations=False)
-                except Exception:
-                    raise DataError(
-                        f"Image file does not decode (corrupt or not an "
-                        f"image): {path}. Received: data_dir={folder!r}"
-                    ) from None
-    return classes
+
+def decode_image(path, image_size=None):
+    """An image file as float32 RGB in [0, 1] (Pillow; the first frame of
+    an animation), resized bilinearly to `image_size` if given."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image = image.convert("RGB")
+        if image_size and image.size != (image_size, image_size):
+            image = image.resize((image_size, image_size),
+                                 Image.Resampling.BILINEAR)
+        return np.asarray(image, "float32") / 255.0
 
 
 def load_tfrecord(data_dir, image_size, num_classes=1000, seed=0,
@@ -346,11 +427,12 @@ def load_tfrecord(data_dir, image_size, num_classes=1000, seed=0,
     but the first record of each split's first file here; see
     `imagenet.py` for the counts, the checks and the preprocessing.
     """
+    root = _existing_dir(data_dir)
+    require_tensorflow("`dataset=tfrecord`")
     import tensorflow as tf
 
     from keras_largebatch.train import imagenet
 
-    root = _existing_dir(data_dir)
     paths = imagenet.files(root)
     for split, found in paths.items():
         if not found:
@@ -388,8 +470,10 @@ def load_tfrecord(data_dir, image_size, num_classes=1000, seed=0,
 
     val = imagenet.read(paths["validation"], num_classes).map(
         decode_eval, num_parallel_calls=tf.data.AUTOTUNE)
-    return DataSpec("tfrecord", None, val, num_classes, counts["train"],
-                    counts["validation"], train_for_epoch=train_for_epoch,
+    return DataSpec("tfrecord", num_classes, counts["train"],
+                    counts["validation"], 3, image_size,
+                    tf_pipelines=lambda: (None, val),
+                    train_for_epoch=train_for_epoch,
                     normalize=imagenet.normalizer(init_weights))
 
 

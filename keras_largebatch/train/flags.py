@@ -46,6 +46,12 @@ def define_flags():
         "keras.datasets (download once).",
     )
     flags.DEFINE_string("data_dir", None, "Data for directory and tfrecord.")
+    flags.DEFINE_enum(
+        "input_pipeline", "auto", ("auto", "tf_data", "grain"),
+        "grain: Grain and NumPy, no TensorFlow (in-memory data sets, class "
+        "folders); tf_data: tf.data (every data set; needs TensorFlow). "
+        "auto: tf_data on the TensorFlow backend and for tfrecord, grain "
+        "elsewhere.")
     flags.DEFINE_integer(
         "num_classes", 0,
         "Classes for tfrecord (default 1000) and synthetic (default 10); "
@@ -190,7 +196,9 @@ def define_flags():
         "(slower kernels), needed for bit-identical runs there. JAX and "
         "torch on a CPU are deterministic without it.")
     flags.DEFINE_integer(
-        "verbose", 1, "Keras fit verbosity: 1 progress bar, 2 one line.")
+        "verbose", None,
+        "Keras fit verbosity: 0 silent, 1 progress bar, 2 one line per "
+        "epoch; default: 1 on a terminal, 2 when stdout is not one.")
     flags.DEFINE_boolean(
         "check_images", True,
         "Decode every image of a directory data set before training, so "

@@ -85,6 +85,7 @@ def prepare(FLAGS):
     from keras_largebatch.train import recipe
 
     job = Job()
+    job.process_index, job.process_count = 0, 1
     job.flags = {name: FLAGS[name].value for name in _flag_names()}
     size = recipe.image_size_for(FLAGS.model, FLAGS.dataset, FLAGS.image_size)
     minimum = recipe.MIN_IMAGE_SIZE[FLAGS.model]
@@ -126,7 +127,6 @@ def prepare(FLAGS):
     job.initial_epoch = job.resuming.finished_epochs if job.resuming else 0
 
     policy = augment.policy_for(FLAGS.augment, FLAGS.dataset)
-    augmenter = augment.build(policy, size, FLAGS.seed)
     drop = job.replicas > 1
     _check_sizes(FLAGS, spec, drop)
     accumulation = FLAGS.gradient_accumulation_steps
@@ -135,10 +135,10 @@ def prepare(FLAGS):
         spec.num_train // job.step_batch if drop
         else math.ceil(spec.num_train / job.step_batch))
     job.steps_per_epoch = per_epoch
-    job.augmenter = augmenter
-    job.train_ds, job.val_ds = data.batch(
-        spec, job.step_batch, augmenter, FLAGS.seed, drop,
-        steps_per_epoch=FLAGS.steps_per_epoch or None, epochs=FLAGS.epochs,
+    job.batches = _pipeline(job, FLAGS, spec, policy, drop)
+    job.train_ds, job.val_ds = job.batches(
+        FLAGS.seed, steps_per_epoch=FLAGS.steps_per_epoch or None,
+        epochs=FLAGS.epochs,
         initial_epoch=min(job.initial_epoch, FLAGS.epochs - 1))
 
     job.peak_lr = recipe.peak_learning_rate(
@@ -181,6 +181,48 @@ def prepare(FLAGS):
     return job
 
 
+def _pipeline(job, FLAGS, spec, policy, drop):
+    """`batches(seed, **kwargs) -> (train, validation)` of the resolved
+    `--input_pipeline`: tf.data, or Grain (no TensorFlow)."""
+    from keras_largebatch.train import data
+
+    job.input_pipeline = recipe_input_pipeline(FLAGS.input_pipeline,
+                                               FLAGS.dataset)
+    kwargs = dict(drop_remainder=drop)
+    if job.input_pipeline == "grain":
+        from keras_largebatch.train import augment_numpy
+        from keras_largebatch.train import grain_data
+
+        augmenter = augment_numpy.build(policy, FLAGS.seed)
+        build = grain_data.batch
+        kwargs.update(process_index=job.process_index,
+                      process_count=job.process_count)
+    else:
+        from keras_largebatch.train import augment
+
+        data.require_tensorflow("`input_pipeline=tf_data`")
+        augmenter = augment.build(policy, job.image_size, FLAGS.seed)
+        build = data.batch
+
+    def batches(seed, **overrides):
+        return build(spec, job.step_batch, augmenter, seed,
+                     **dict(kwargs, **overrides))
+
+    return batches
+
+
+def recipe_input_pipeline(input_pipeline, dataset):
+    """`--input_pipeline` resolved: `auto` is tf.data on the TensorFlow
+    backend and for TFRecords, Grain elsewhere."""
+    import keras
+
+    if input_pipeline != "auto":
+        return input_pipeline
+    if keras.backend.backend() == "tensorflow" or dataset == "tfrecord":
+        return "tf_data"
+    return "grain"
+
+
 def _residual_checkpoints(job, backup_dir):
     """Under `--compression=topk`, the callback that saves and restores this
     worker's error-feedback residuals at each epoch's end, beside the
@@ -198,13 +240,10 @@ def precise_bn_batches(job, epoch):
     and normalized as in training, one batch-norm batch each (the step's
     batch, a micro-batch under accumulation), a function of the seed and
     the epoch only (a resumed run recomputes the same statistics)."""
-    from keras_largebatch.train import data
-
     count = job.flags["precise_bn_batches"]
-    train_ds, _ = data.batch(
-        job.spec, job.step_batch, job.augmenter, job.flags["seed"] + 1,
-        drop_remainder=True, steps_per_epoch=count, epochs=epoch + 1,
-        initial_epoch=epoch)
+    train_ds, _ = job.batches(
+        job.flags["seed"] + 1, drop_remainder=True, steps_per_epoch=count,
+        epochs=epoch + 1, initial_epoch=epoch)
     return train_ds
 
 
@@ -249,14 +288,14 @@ def train(job, start):
                                   append=True),
         checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
                                      F["keep_checkpoints"]),
-        keras.callbacks.TensorBoard(
-            os.path.join(out_dir, "tensorboard"), write_graph=False,
-            profile_batch=0),
+        outputs.tensorboard(os.path.join(out_dir, "tensorboard")),
     ]
     history = job.model.fit(
         job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
-        steps_per_epoch=job.steps_per_epoch, callbacks=callbacks,
-        verbose=F["verbose"], shuffle=False,  # tf.data already shuffles.
+        steps_per_epoch=job.steps_per_epoch,
+        callbacks=[c for c in callbacks if c is not None],
+        verbose=_verbose(F["verbose"]),
+        shuffle=False,  # The pipelines shuffle.
     )
     epochs_run = len(history.epoch)
     val_metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
@@ -318,7 +357,8 @@ def train(job, start):
 
 def _flag_names():
     return [
-        "model", "resnet_depth", "resnet_width", "dataset", "data_dir", "num_classes", "image_size",
+        "model", "resnet_depth", "resnet_width", "dataset", "data_dir",
+        "input_pipeline", "num_classes", "image_size",
         "global_batch_size", "base_learning_rate", "base_batch_size",
         "lr_scaling", "warmup_epochs", "end_learning_rate", "poly_power",
         "epochs", "steps_per_epoch", "gradient_accumulation_steps",
@@ -332,6 +372,14 @@ def _flag_names():
         "compression", "topk_density", "workers_per_node",
         "collective_timeout_seconds",
     ]
+
+
+def _verbose(verbose):
+    """`--verbose`, or by default a progress bar on a terminal and one line
+    per epoch otherwise (a log file gets no redrawn bars)."""
+    if verbose is not None:
+        return verbose
+    return 1 if sys.stdout.isatty() else 2
 
 
 def _check_sizes(FLAGS, spec, drop_remainder):

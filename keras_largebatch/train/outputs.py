@@ -203,6 +203,61 @@ def seed_states(model):
             for generator in getattr(layer, "_seed_generators", [])]
 
 
+def tensorboard(log_dir):
+    """The TensorBoard callback of the backend, or None with a notice.
+
+    On the TensorFlow backend, Keras' `TensorBoard`; elsewhere
+    `EpochTensorBoard`, which needs tensorboardX and not TensorFlow.
+    """
+    if keras.backend.backend() == "tensorflow":
+        return keras.callbacks.TensorBoard(log_dir, write_graph=False,
+                                           profile_batch=0)
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError:
+        print("keras-largebatch-train: no TensorBoard logs (`pip install "
+              "tensorboardX` for them without TensorFlow); history.csv has "
+              "every epoch's values")
+        return None
+    return EpochTensorBoard(log_dir)
+
+
+class EpochTensorBoard(keras.callbacks.Callback):
+    """Each epoch's logs as TensorBoard scalars, without TensorFlow.
+
+    The files Keras' `TensorBoard` writes for epochs: `log_dir/train` and
+    `log_dir/validation` (the `val_` values), tags `epoch_<name>`, step
+    the epoch, written with tensorboardX.
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self.log_dir = log_dir
+        self._writers = {}
+
+    def _writer(self, split):
+        if split not in self._writers:
+            from tensorboardX import SummaryWriter
+
+            self._writers[split] = SummaryWriter(
+                os.path.join(self.log_dir, split))
+        return self._writers[split]
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            split = "validation" if key.startswith("val_") else "train"
+            name = key[4:] if split == "validation" else key
+            self._writer(split).add_scalar(f"epoch_{name}", float(value),
+                                           epoch)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
+
+
 class EpochScalars(keras.callbacks.Callback):
     """Adds `learning_rate` and `loss_scale` to each epoch's logs.
 

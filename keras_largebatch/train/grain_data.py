@@ -1,0 +1,116 @@
+"""The input pipeline without TensorFlow: Grain datasets of whole batches.
+
+`batch` returns Grain datasets that Keras' `fit` reads on every backend.
+Element `i` of the training dataset is batch `step = i % steps` of epoch
+`epoch = i // steps` (from `initial_epoch` on), computed from nothing but
+`(seed, epoch, step)`:
+
+    order of pass p of epoch e:   permutation(SeedSequence(epoch_seed(seed, e, p)))
+    batch s of epoch e:           positions [s * B, (s + 1) * B) of e's passes
+    augmentation of batch s:      NumpyAugmenter(seed)(x, e, s)
+
+so a run resumed at epoch e reads what an uninterrupted run reads there,
+whatever Grain's reading threads do and however often Keras peeks. With
+`process_count > 1` (several JAX processes), process `p` yields rows
+`[p * B / P, (p + 1) * B / P)` of every global batch: the processes' slices
+tile the batch with no overlap, and the global batch is the one a single
+process would read.
+"""
+
+import functools
+
+import numpy as np
+
+from keras_largebatch.train import augment_numpy
+from keras_largebatch.train.data import decode_image
+from keras_largebatch.train.data import epoch_seed
+
+READ_THREADS = 4
+PREFETCH_BATCHES = 4
+
+
+def batch(spec, global_batch_size, augmenter=None, seed=0,
+          drop_remainder=False, steps_per_epoch=None, epochs=1,
+          initial_epoch=0, process_index=0, process_count=1):
+    """Returns `(train, validation)` Grain `IterDataset`s of batches.
+
+    Args:
+        spec: a `data.DataSpec` with `arrays` or `files`.
+        global_batch_size: images per step over all processes.
+        augmenter: a `augment_numpy.NumpyAugmenter`, or None.
+        seed, drop_remainder, steps_per_epoch, epochs, initial_epoch: as
+            `data.batch`.
+        process_index, process_count: this process's slice of each batch.
+    """
+    import grain
+
+    if spec.arrays is None and spec.files is None:
+        raise ValueError(
+            f"The Grain pipeline reads in-memory data sets and class "
+            f"folders; `{spec.name}` needs TensorFlow "
+            f"(--input_pipeline=tf_data). Received: dataset={spec.name!r}")
+    per_process = global_batch_size // process_count
+    rows = slice(process_index * per_process,
+                 (process_index + 1) * per_process)
+    n = spec.num_train
+    per_pass = (n // global_batch_size if drop_remainder
+                else -(-n // global_batch_size))
+    steps = steps_per_epoch or per_pass
+    passes = -(-steps * global_batch_size // n) if steps_per_epoch else 1
+    read_train, read_val = _readers(spec)
+    scale = spec.normalize or (lambda x: (x - 0.5) * 2.0)
+
+    def train_batch(index):
+        epoch, step = divmod(index, steps)
+        start = step * global_batch_size
+        stop = min(start + global_batch_size, passes * n)
+        positions = np.arange(start, stop)[rows]
+        order = np.concatenate([_permutation(n, seed, epoch, p)
+                                for p in range(passes)])
+        x, y = read_train(order[positions])
+        if augmenter is not None:
+            x = augmenter(x, epoch, step,
+                          slice(rows.start, rows.start + len(positions)))
+        return scale(x), y
+
+    def val_batch(index):
+        start = index * global_batch_size
+        positions = np.arange(start, min(start + global_batch_size,
+                                         spec.num_validation))
+        x, y = read_val(positions[rows] if process_count > 1 else positions)
+        return scale(x), y
+
+    val_batches = (spec.num_validation // global_batch_size if drop_remainder
+                   else -(-spec.num_validation // global_batch_size))
+    options = grain.ReadOptions(num_threads=READ_THREADS,
+                                prefetch_buffer_size=PREFETCH_BATCHES)
+    train = grain.MapDataset.range(initial_epoch * steps, epochs * steps)
+    val = grain.MapDataset.range(val_batches)
+    return (train.map(train_batch).to_iter_dataset(options),
+            val.map(val_batch).to_iter_dataset(options))
+
+
+@functools.lru_cache(maxsize=8)
+def _permutation(n, seed, epoch, data_pass):
+    return np.random.default_rng(
+        epoch_seed(seed, epoch, data_pass)).permutation(n)
+
+
+def _readers(spec):
+    """`(read_train, read_val)`: example indices -> (images, one-hot)."""
+    eye = np.eye(spec.num_classes, dtype="float32")
+    size, channels = spec.image_size, spec.channels
+    if spec.arrays is not None:
+        x_train, y_train, x_val, y_val = spec.arrays
+
+        def reader(x, y):
+            return lambda idx: (augment_numpy.resize(x[idx], size, channels),
+                                eye[y[idx]])
+    else:
+        x_train, y_train, x_val, y_val = spec.files
+
+        def reader(paths, y):
+            return lambda idx: (
+                np.stack([decode_image(paths[i], size) for i in idx]),
+                eye[y[idx]])
+    return reader(x_train, y_train), reader(x_val, y_val)
