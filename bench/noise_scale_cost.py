@@ -1,0 +1,147 @@
+"""Cost of `GradientNoiseScale`: a training step of `fit` with and without it.
+
+Two models, each step one micro-batch of 64 under
+`gradient_accumulation_steps=2`, SGD with momentum:
+- `resnet_cifar_8x4`: the large-batch study's network (Fashion-MNIST shape);
+- `mlp_4x1024`: four 1024-wide Dense layers (3.2M weights on a cheap
+  forward pass), the worst case: the callback reads every gradient and
+  accumulator once more per micro-batch.
+
+Per backend (a process each), `fit` is run `--repeats` times alternately
+with and without the callback; each fit times its steps after the first
+`--warmup` (compilation) until the epoch ends, in wall and process CPU time.
+The median per-step time of each is reported, and the overhead in percent.
+
+    python bench/noise_scale_cost.py
+    python bench/noise_scale_cost.py --backends jax --steps 40
+
+Prints a Markdown table and writes bench/results/noise_scale_cost.json.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "noise_scale_cost.json")
+
+
+def build(name):
+    import keras
+
+    if name == "resnet_cifar_8x4":
+        from keras_largebatch import applications
+
+        model = applications.ResNetCIFAR(8, 4, input_shape=(28, 28, 1),
+                                         classes=10)
+        return model, (28, 28, 1)
+    layers = [keras.Input((1024,))]
+    layers += [keras.layers.Dense(1024, activation="relu") for _ in range(3)]
+    layers += [keras.layers.Dense(10)]
+    return keras.Sequential(layers), (1024,)
+
+
+class _Timer:
+    def __init__(self, warmup):
+        import keras
+
+        class Timer(keras.callbacks.Callback):
+            def on_train_batch_end(inner, batch, logs=None):
+                if batch == warmup - 1:
+                    self.start = (time.perf_counter(), time.process_time())
+
+            def on_epoch_end(inner, epoch, logs=None):
+                keras.ops.convert_to_numpy(inner.model.optimizer.iterations)
+                self.end = (time.perf_counter(), time.process_time())
+
+        self.callback = Timer()
+
+
+def measure_backend(steps, warmup, repeats, batch=64):
+    import keras
+    import numpy as np
+
+    import keras_largebatch as klb
+
+    out = {}
+    for name in ("resnet_cifar_8x4", "mlp_4x1024"):
+        keras.utils.set_random_seed(0)
+        model, shape = build(name)
+        model.compile(
+            keras.optimizers.SGD(0.01, momentum=0.9,
+                                 gradient_accumulation_steps=2),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x = np.random.rand(batch * steps, *shape).astype("float32")
+        y = np.random.randint(0, 10, batch * steps)
+        times = {False: [], True: []}
+        for _ in range(repeats):
+            for with_gns in (False, True):
+                timer = _Timer(warmup)
+                callbacks = [timer.callback]
+                if with_gns:
+                    callbacks.insert(0, klb.GradientNoiseScale(batch))
+                model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
+                          shuffle=False, callbacks=callbacks)
+                n = steps - warmup
+                times[with_gns].append(
+                    [(e - s) * 1000 / n for s, e in zip(timer.start,
+                                                        timer.end)])
+        row = {"params": model.count_params()}
+        for with_gns, label in ((False, "plain"), (True, "gns")):
+            row[label + "_ms"] = statistics.median(t[0] for t in times[with_gns])
+            row[label + "_cpu_ms"] = statistics.median(
+                t[1] for t in times[with_gns])
+        row["overhead_pct"] = 100 * (row["gns_ms"] / row["plain_ms"] - 1)
+        row["overhead_cpu_pct"] = 100 * (
+            row["gns_cpu_ms"] / row["plain_cpu_ms"] - 1)
+        out[name] = row
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--backends", nargs="+",
+                   default=["tensorflow", "jax", "torch"])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=RESULTS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(measure_backend(args.steps, args.warmup,
+                                         args.repeats)))
+        return
+    results = {}
+    for backend in args.backends:
+        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", f"--steps={args.steps}",
+             f"--warmup={args.warmup}", f"--repeats={args.repeats}"],
+            env=env, capture_output=True, text=True, check=True)
+        results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("| backend | model | params | step ms | with GNS ms | overhead "
+          "(wall) | overhead (CPU) |")
+    print("|---|---|---|---|---|---|---|")
+    for backend, rows in results.items():
+        for name, r in rows.items():
+            print(f"| {backend} | {name} | {r['params']:,} | "
+                  f"{r['plain_ms']:.2f} | {r['gns_ms']:.2f} | "
+                  f"{r['overhead_pct']:+.1f}% | "
+                  f"{r['overhead_cpu_pct']:+.1f}% |")
+    with open(args.out, "w") as f:
+        json.dump(dict(
+            results=results, args=vars(args),
+            machine=f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",
+            loadavg=os.getloadavg()[0],
+            date=datetime.date.today().isoformat()), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The gradient noise scale from two replicas (TensorFlow) and from
+gradient accumulation agree, on the regression of `test_noise_scale.py`.
+
+Two localhost workers (`workers/gns_worker.py`) under
+`keras_largebatch.distribute.MultiWorkerMirroredStrategy`, global batch
+128, against one process accumulating two micro-batches of 64: the same
+seed gives the same batches, so the two sources see the same gradients.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_largebatch.distribute import localhost
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="the replica source needs a tf.distribute strategy",
+)
+
+WORKER = os.path.join(os.path.dirname(__file__), "workers", "gns_worker.py")
+JOB_TIMEOUT = 180
+B_SIMPLE = 129.0  # ((d + 1)|e|^2 + d sigma^2) / |e|^2, d = 64, |e| = sigma = 1
+
+
+def _env():
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "lars_mixed"])
+def test_two_replicas_measure_what_accumulation_measures(optimizer, tmp_path):
+    outs = [str(tmp_path / f"replica_{i}.json") for i in range(2)]
+    procs = localhost.start(
+        [[sys.executable, WORKER,
+          json.dumps(dict(out=o, optimizer=optimizer, batch_size=128))]
+         for o in outs],
+        logs=[tmp_path / f"replica_{i}.log" for i in range(2)], env=_env())
+    for i, code in enumerate(localhost.wait(procs, JOB_TIMEOUT)):
+        assert code == 0, (tmp_path / f"replica_{i}.log").read_text()[-3000:]
+    single = str(tmp_path / "single.json")
+    subprocess.run(
+        [sys.executable, WORKER, json.dumps(dict(
+            out=single, optimizer=optimizer, batch_size=64, accumulation=2))],
+        env=_env(), check=True, timeout=JOB_TIMEOUT, capture_output=True)
+    replicas = [json.load(open(o)) for o in outs]
+    accumulation = json.load(open(single))
+    assert [r["source"] for r in replicas] == ["replicas", "replicas"]
+    assert accumulation["source"] == "accumulation"
+    assert replicas[0] == replicas[1]
+    for name in ("gradient_noise_scale", "gns_grad_sq_norm", "gns_trace_cov"):
+        # Same batches, summed in another order: float32 round-off only.
+        np.testing.assert_allclose(replicas[0][name], accumulation[name],
+                                   rtol=1e-4)
+    np.testing.assert_allclose(replicas[0]["gradient_noise_scale"][-1],
+                               B_SIMPLE, rtol=0.1)

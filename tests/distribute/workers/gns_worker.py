@@ -1,0 +1,71 @@
+"""One task of a localhost job measuring the gradient noise scale.
+
+Usage: `python gns_worker.py '<json>'`, with `TF_CONFIG` set for a worker
+(absent: one process, no strategy). JSON keys: `out` (a JSON file of the
+callback's logs per epoch and its source), `optimizer` (`"sgd"` or
+`"lars_mixed"`), `accumulation` (gradient accumulation steps, default
+none), `batch_size` (global, per step), `epochs`, `timeout` (collective,
+seconds). The problem is the regression of `tests/test_noise_scale.py`:
+y = x.w* + noise, x ~ N(0, I_64), weights held still, B_simple = 129.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ARGS = json.loads(sys.argv[1])
+
+import tensorflow as tf  # noqa: E402
+
+from keras_largebatch.distribute import MultiWorkerMirroredStrategy  # noqa: E402
+
+strategy = None
+if "TF_CONFIG" in os.environ:
+    strategy = MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=ARGS.get("timeout", 60)))
+
+import contextlib  # noqa: E402
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_largebatch as klb  # noqa: E402
+
+
+def main():
+    d, n, sigma = 64, 16384, 1.0
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, d))
+    w_star = rng.standard_normal((d, 1))
+    e = rng.standard_normal((d, 1))
+    e /= np.linalg.norm(e)
+    y = x @ w_star + sigma * rng.standard_normal((n, 1))
+    keras.utils.set_random_seed(1)
+    k = ARGS.get("accumulation")
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = keras.Sequential([keras.Input((d,)),
+                                  keras.layers.Dense(1, use_bias=False)])
+        model.layers[0].kernel.assign((w_star + e).astype("float32"))
+        if ARGS["optimizer"] == "sgd":
+            optimizer = keras.optimizers.SGD(
+                0.0, gradient_accumulation_steps=k)
+        else:
+            optimizer = klb.LARSMixed(1e-9, gradient_accumulation_steps=k)
+        model.compile(optimizer, "mse")
+    gns = klb.GradientNoiseScale(ARGS["batch_size"], beta=0.995)
+    history = model.fit(
+        x.astype("float32"), y.astype("float32"),
+        batch_size=ARGS["batch_size"], epochs=ARGS.get("epochs", 2),
+        shuffle=True, verbose=0, callbacks=[gns])
+    logs = {name: [float(v) for v in history.history[name]]
+            for name in ("gradient_noise_scale", "gns_grad_sq_norm",
+                         "gns_trace_cov")}
+    with open(ARGS["out"], "w") as f:
+        json.dump(dict(logs, source=gns.source), f)
+
+
+main()
