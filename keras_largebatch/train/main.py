@@ -16,8 +16,11 @@ command with a one-line error on stderr and exit code 2.
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
+import warnings
 
 from absl import app
 from absl import flags
@@ -50,6 +53,12 @@ def main(argv):
         return fail(e)
     if len(rest) > 1:
         return fail(f"Unexpected arguments: {' '.join(rest[1:])}")
+    from keras_largebatch.train import processes
+
+    if (FLAGS.distribution == "data_parallel"
+            and processes.SUPERVISED not in os.environ
+            and processes.is_multi_process()):
+        return processes.supervise(argv, FLAGS.model_dir)
     try:
         if FLAGS.distribution == "multi_worker":
             _multi_worker_strategy(FLAGS)  # before any other TensorFlow op
@@ -100,7 +109,15 @@ def prepare(FLAGS):
     if not FLAGS.model_dir:
         raise ValueError("`model_dir` is required. Received: model_dir=None")
 
-    job.strategy, job.replicas, job.chief, job.task = _distribution(FLAGS)
+    (job.strategy, job.replicas, job.chief, job.task,
+     processes_count) = _distribution(FLAGS)
+    if FLAGS.distribution == "data_parallel":
+        job.process_index, job.process_count = job.task, processes_count
+    # Each process would set statistics of its own slice of the batches.
+    require(FLAGS.precise_bn_batches == 0 or job.process_count == 1,
+            "precise_bn_batches", FLAGS.precise_bn_batches,
+            "0 with several JAX processes (each would set different "
+            "statistics)")
     batch = FLAGS.global_batch_size
     require(batch % job.replicas == 0, "global_batch_size", batch,
             f"divisible by the number of replicas ({job.replicas})")
@@ -259,6 +276,21 @@ def _precise_bn(job):
 
 def train(job, start):
     """Creates `model_dir`, fits (resuming), evaluates and writes outputs."""
+    # TensorFlow workers other than the chief keep their own state apart;
+    # JAX processes other than the chief save (a collective) into a scratch
+    # folder, deleted at the end, and restore from the chief's backup.
+    peer = job.process_count > 1 and not job.chief
+    out_dir = job.model_dir if job.chief else (
+        tempfile.mkdtemp(prefix="keras-largebatch-peer-") if peer
+        else os.path.join(job.model_dir, f"worker_{job.task}"))
+    try:
+        return _train(job, start, out_dir, peer)
+    finally:
+        if peer:
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _train(job, start, out_dir, peer):
     import keras
 
     from keras_largebatch.train import checkpoints
@@ -267,8 +299,6 @@ def train(job, start):
     from keras_largebatch.train import resume
 
     F = job.flags
-    out_dir = job.model_dir if job.chief else os.path.join(
-        job.model_dir, f"worker_{job.task}")
     os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
     if job.chief and not job.resuming:
         outputs.write_json(os.path.join(out_dir, "run_config.json"),
@@ -280,25 +310,27 @@ def train(job, start):
     callbacks = [
         throughput,  # First: adds images_per_sec to the logs the rest see.
         outputs.EpochScalars(),  # learning_rate, loss_scale
-        outputs.Backup(os.path.join(out_dir, "backup")),
+        outputs.Backup(os.path.join(job.model_dir if peer else out_dir,
+                                    "backup"),
+                       os.path.join(out_dir, "backup")),
         *_residual_checkpoints(job, os.path.join(out_dir, "backup")),
         resume.step_randomness(F["seed"]),
         *_precise_bn(job),  # Before validation, so CSV/checkpoints see it.
-        keras.callbacks.CSVLogger(os.path.join(out_dir, "history.csv"),
-                                  append=True),
-        checkpoints.EpochCheckpoints(os.path.join(out_dir, "checkpoints"),
-                                     F["keep_checkpoints"]),
-        outputs.tensorboard(os.path.join(out_dir, "tensorboard")),
     ]
-    history = job.model.fit(
-        job.train_ds, validation_data=job.val_ds, epochs=F["epochs"],
-        steps_per_epoch=job.steps_per_epoch,
-        callbacks=[c for c in callbacks if c is not None],
-        verbose=_verbose(F["verbose"]),
-        shuffle=False,  # The pipelines shuffle.
-    )
+    if not peer:
+        callbacks += [
+            keras.callbacks.CSVLogger(
+                os.path.join(out_dir, "history.csv"), append=True),
+            checkpoints.EpochCheckpoints(
+                os.path.join(out_dir, "checkpoints"), F["keep_checkpoints"]),
+            outputs.tensorboard(os.path.join(out_dir, "tensorboard")),
+        ]
+    with warnings.catch_warnings():
+        # Keras' Grain adapter knows no length, so the end of each
+        # validation pass reads as "input ran out of data".
+        warnings.filterwarnings("ignore", "Your input ran out of data")
+        history, val_metrics = _fit(job, callbacks)
     epochs_run = len(history.epoch)
-    val_metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
     val_accuracy = float(val_metrics["accuracy"])
     checkpoints.save_final(
         job.model, os.path.join(out_dir, "checkpoints"), out_dir,
@@ -372,6 +404,19 @@ def _flag_names():
         "compression", "topk_density", "workers_per_node",
         "collective_timeout_seconds",
     ]
+
+
+def _fit(job, callbacks):
+    """`fit`, then `evaluate` on the validation set: (history, metrics)."""
+    history = job.model.fit(
+        job.train_ds, validation_data=job.val_ds, epochs=job.flags["epochs"],
+        steps_per_epoch=job.steps_per_epoch,
+        callbacks=[c for c in callbacks if c is not None],
+        verbose=_verbose(job.flags["verbose"]),
+        shuffle=False,  # The pipelines shuffle.
+    )
+    return history, job.model.evaluate(job.val_ds, verbose=0,
+                                       return_dict=True)
 
 
 def _verbose(verbose):
@@ -456,21 +501,26 @@ def _check_flags(FLAGS):
 
 
 def _distribution(FLAGS):
-    """Returns (tf strategy or None, replicas, is_chief, task index)."""
+    """Returns (tf strategy or None, replicas, is_chief, task index,
+    JAX processes)."""
     import keras
+
+    from keras_largebatch.train import processes
 
     backend = keras.backend.backend()
     if FLAGS.distribution == "none":
-        return None, 1, True, 0
+        return None, 1, True, 0, 1
     if FLAGS.distribution == "data_parallel":
         if backend != "jax":
             raise ValueError(
                 "`distribution=data_parallel` uses keras.distribution, which "
                 f"needs the JAX backend. Received: backend={backend}")
+        index, count = processes.initialize(FLAGS.collective_timeout_seconds)
         devices = keras.distribution.list_devices()
-        keras.distribution.set_distribution(
-            keras.distribution.DataParallel(devices=devices))
-        return None, len(devices), True, 0
+        distribution = keras.distribution.DataParallel(
+            devices=devices, auto_shard_dataset=False)
+        keras.distribution.set_distribution(distribution)
+        return None, len(devices), index == 0, index, count
     if backend != "tensorflow":
         raise ValueError(
             "`distribution=multi_worker` needs the TensorFlow backend "
@@ -482,7 +532,8 @@ def _distribution(FLAGS):
     chief = task.get("type", "worker") == "chief" or (
         "chief" not in cluster and task.get("index", 0) == 0)
     strategy = _multi_worker_strategy(FLAGS)
-    return strategy, strategy.num_replicas_in_sync, chief, task.get("index", 0)
+    return (strategy, strategy.num_replicas_in_sync, chief,
+            task.get("index", 0), 1)
 
 
 _STRATEGY = []

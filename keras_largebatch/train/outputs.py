@@ -166,18 +166,24 @@ class Backup(keras.callbacks.BackupAndRestore):
     saving resumes from the previous epoch. The metadata also holds the
     state of every `SeedGenerator` in the model (dropout), which weights
     files leave out, so that a resumed run draws the masks an uninterrupted
-    run would draw.
+    run would draw. With `save_dir`, it restores from `backup_dir` and
+    saves into `save_dir` (the processes of a JAX job other than the
+    chief: saving is collective, the chief's copy is the one kept).
     """
 
-    def __init__(self, backup_dir):
+    def __init__(self, backup_dir, save_dir=None):
         super().__init__(backup_dir, save_freq="epoch",
                          delete_checkpoint=False)
+        self.save_dir = save_dir or backup_dir
 
     def _save_model(self):
-        os.makedirs(self.backup_dir, exist_ok=True)
-        with atomic_path(self._weights_path) as tmp:
+        os.makedirs(self.save_dir, exist_ok=True)
+        weights = os.path.join(self.save_dir,
+                               os.path.basename(self._weights_path))
+        with atomic_path(weights) as tmp:
             self.model.save_weights(tmp)
-        write_json(self._training_metadata_path, {
+        write_json(os.path.join(
+            self.save_dir, os.path.basename(self._training_metadata_path)), {
             "epoch": self._current_epoch,
             "batch": self._last_batch_seen,
             "seed_states": [s.numpy().tolist()

@@ -1,0 +1,175 @@
+"""Several JAX processes: `keras.distribution` across hosts, and their end.
+
+`--distribution=data_parallel` reads Keras' own variables,
+
+    KERAS_DISTRIBUTION_JOB_ADDRESSES   the coordinator's host:port (or every
+                                       process's, comma-separated, the
+                                       coordinator first)
+    KERAS_DISTRIBUTION_NUM_PROCESSES   the number of processes
+    KERAS_DISTRIBUTION_PROCESS_ID      this process's id, 0 the chief
+
+and makes the call `keras.distribution.initialize` makes,
+`jax.distributed.initialize`, adding the timeouts Keras does not pass:
+`--collective_timeout_seconds` bounds the wait for the coordinator and the
+silence after which a process counts as lost (JAX's default otherwise:
+300 s and 100 s). CPU devices talk through gloo.
+
+When a process dies, JAX's runtime ends the others by aborting them (a
+C++ stack on stderr). So each process of such a job runs the command in a
+child (`supervise`): the child's stderr goes to a log file, its own
+one-line errors are relayed, and an abnormal end becomes one line naming
+the lost process and how to resume.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+from keras_largebatch._shared import require
+
+PROG = "keras-largebatch-train"
+SUPERVISED = "KERAS_LARGEBATCH_SUPERVISED"
+
+
+def cluster():
+    """(addresses, num_processes, process_id) from Keras' variables; one
+    process when they are unset. Raises `ValueError` naming a bad one."""
+    raw = {name: os.environ.get(f"KERAS_DISTRIBUTION_{name}")
+           for name in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID")}
+    if raw["NUM_PROCESSES"] in (None, "", "1") and not raw["JOB_ADDRESSES"]:
+        return None, 1, 0
+    numbers = {}
+    for name in ("NUM_PROCESSES", "PROCESS_ID"):
+        variable = f"KERAS_DISTRIBUTION_{name}"
+        try:
+            numbers[name] = int(raw[name])
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`{variable}` must be an int for several processes. "
+                f"Received: {variable}={raw[name]!r}") from None
+    count, index = numbers["NUM_PROCESSES"], numbers["PROCESS_ID"]
+    require(count >= 1, "KERAS_DISTRIBUTION_NUM_PROCESSES", count,
+            "an int >= 1")
+    require(0 <= index < count, "KERAS_DISTRIBUTION_PROCESS_ID", index,
+            f"in [0, {count}) (KERAS_DISTRIBUTION_NUM_PROCESSES={count})")
+    addresses = raw["JOB_ADDRESSES"]
+    require(bool(addresses) and all(
+        re.fullmatch(r"[^\s:,]+:\d+", a) for a in addresses.split(",")),
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES", addresses or "",
+        "the coordinator's host:port (or every process's, comma-separated)")
+    listed = addresses.split(",")
+    require(len(listed) in (1, count), "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+            addresses, f"one address or {count} "
+            f"(KERAS_DISTRIBUTION_NUM_PROCESSES={count})")
+    return listed[0], count, index
+
+
+def is_multi_process():
+    try:
+        return cluster()[1] > 1
+    except ValueError:
+        return True  # The supervised child reports it.
+
+
+def initialize(timeout_seconds=0):
+    """Joins the job of `cluster()`; returns (process index, count)."""
+    coordinator, count, index = cluster()
+    if count == 1:
+        return 0, 1
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    timeout = int(timeout_seconds) if timeout_seconds else None
+    try:
+        jax.distributed.initialize(
+            coordinator, count, index,
+            initialization_timeout=timeout or 300,
+            heartbeat_timeout_seconds=max(timeout or 100, 2))
+    except Exception as e:  # The runtime's error types are internal.
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(
+            f"Process {index} of {count} could not join the job at the "
+            f"coordinator {coordinator} within {timeout or 300} s "
+            f"({type(e).__name__}: {first[:200]}). Start every process, "
+            f"the coordinator (KERAS_DISTRIBUTION_PROCESS_ID=0) listening "
+            f"there. Received: KERAS_DISTRIBUTION_JOB_ADDRESSES="
+            f"{coordinator!r}") from None
+    return jax.process_index(), jax.process_count()
+
+
+def supervise(argv, model_dir):
+    """Runs this process's command again in a child, with `SUPERVISED` set;
+    returns the exit code to end with."""
+    _, count, index = cluster()
+    log = tempfile.NamedTemporaryFile(
+        "w", prefix=f"keras-largebatch-train.process{index}.", suffix=".log",
+        delete=False)
+    # The same program again (a console script, `python -m`, or a script
+    # that configures the package first), unless `main` was handed argv.
+    command = [sys.executable, *sys.orig_argv[1:]]
+    if list(argv[1:]) != sys.argv[1:]:
+        command = [sys.executable, "-m", "keras_largebatch.train.main",
+                   *argv[1:]]
+    child = subprocess.Popen(
+        command,
+        env=dict(os.environ, **{SUPERVISED: "1"}), stderr=subprocess.PIPE,
+        text=True, errors="replace", preexec_fn=_die_with_parent)
+    forwarded = {s: signal.signal(s, lambda s, _: child.send_signal(s))
+                 for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with log:
+            for line in child.stderr:
+                log.write(line)
+                log.flush()
+                if line.startswith(f"{PROG}:"):
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+        code = child.wait()
+    finally:
+        for s, handler in forwarded.items():
+            signal.signal(s, handler)
+    if code in (0, 2):
+        return code
+    with open(log.name, errors="replace") as f:
+        text = f.read()
+    print(f"{PROG}: error: {lost_message(text, index, count, code)} "
+          f"To resume, start all {count} processes again with the same "
+          f"command: they continue from the last finished epoch in "
+          f"{model_dir}. Log: {log.name}", file=sys.stderr)
+    return 1
+
+
+def _die_with_parent():
+    """Linux: the child is killed when its supervisor dies (a `kill -9` of
+    the process a scheduler started must not leave the job running)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def lost_message(log_text, index, count, code):
+    """What ended process `index` (exit `code`), from its runtime log."""
+    found = re.search(r"stopped sending heartbeats\):\s*\n?([^\n]*)",
+                      log_text)
+    if found:
+        lost = re.findall(r"task:(\d+)", found.group(1)) or re.findall(
+            r"\d+", found.group(1))
+        if lost:
+            names = ", ".join(lost)
+            return (f"process {names} of {count} was lost (no heartbeat "
+                    f"from it); process {index} stopped.")
+    if index != 0 and re.search(r"coordination service|Socket closed",
+                                log_text):
+        return (f"process 0 of {count} (the coordinator) was lost; process "
+                f"{index} stopped.")
+    why = f"signal {-code}" if code < 0 else f"exit code {code}"
+    errors = [l for l in log_text.splitlines()
+              if re.match(r"\w+(Error|Exception)\b.*:", l)]
+    detail = f" ({errors[-1][:200]})" if errors else ""
+    return f"process {index} of {count} ended with {why}{detail}."
