@@ -71,7 +71,20 @@ def main(argv):
             return evaluate.evaluate(job)
     except (ValueError, OSError) as e:
         return fail(e)
-    return train(job, start)
+    if FLAGS.distribution != "multi_worker":
+        return train(job, start)
+    import tensorflow as tf
+
+    try:
+        return train(job, start)
+    except tf.errors.OpError as e:
+        workers = len(json.loads(os.environ.get("TF_CONFIG") or "{}").get(
+            "cluster", {}).get("worker", [])) or 1
+        print(f"{PROG}: error: {processes.lost_worker_message(e, workers)} "
+              f"To resume, start all {workers} workers again with the same "
+              f"command: they continue from the last finished epoch in "
+              f"{FLAGS.model_dir}.", file=sys.stderr)
+        return 1
 
 
 def fail(error):

@@ -142,6 +142,27 @@ def supervise(argv, model_dir):
     return 1
 
 
+def lost_worker_message(error, workers):
+    """What a TensorFlow collective's `OpError` says of the lost worker."""
+    text = str(error)
+    lost = lost_processes(text)
+    who = (f"worker {', '.join(lost)} of {workers}" if lost
+           else f"a worker of {workers}")
+    return (f"lost {who} during training ({type(error).__name__}: the "
+            f"collective stopped); this worker stopped.")
+
+
+def lost_processes(log_text):
+    """The ids in the coordination service's "stopped sending heartbeats"
+    message (JAX: `1`; TensorFlow: `/job:worker/replica:0/task:1`)."""
+    found = re.search(r"stopped sending heartbeats\):\s*\n?([^\n]*)",
+                      log_text)
+    if not found:
+        return []
+    return (re.findall(r"task:(\d+)", found.group(1))
+            or re.findall(r"\d+", found.group(1)))
+
+
 def _die_with_parent():
     """Linux: the child is killed when its supervisor dies (a `kill -9` of
     the process a scheduler started must not leave the job running)."""
@@ -155,15 +176,10 @@ def _die_with_parent():
 
 def lost_message(log_text, index, count, code):
     """What ended process `index` (exit `code`), from its runtime log."""
-    found = re.search(r"stopped sending heartbeats\):\s*\n?([^\n]*)",
-                      log_text)
-    if found:
-        lost = re.findall(r"task:(\d+)", found.group(1)) or re.findall(
-            r"\d+", found.group(1))
-        if lost:
-            names = ", ".join(lost)
-            return (f"process {names} of {count} was lost (no heartbeat "
-                    f"from it); process {index} stopped.")
+    lost = lost_processes(log_text)
+    if lost:
+        return (f"process {', '.join(lost)} of {count} was lost (no "
+                f"heartbeat from it); process {index} stopped.")
     if index != 0 and re.search(r"coordination service|Socket closed",
                                 log_text):
         return (f"process 0 of {count} (the coordinator) was lost; process "
