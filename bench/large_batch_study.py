@@ -61,12 +61,14 @@ def run_key(r):
             f"{r['rate']:.6g}|{r['seed']}")
 
 
-def one_run(spec, args):
-    model_dir = os.path.join(args.work_dir, run_key(spec).replace("|", "_"))
-    cmd = [
-        sys.executable, "-c",
-        "from keras_largebatch.train.main import run; run()",
-        f"--model_dir={model_dir}", f"--model={args.model}",
+def model_dir_of(spec, args):
+    return os.path.join(args.work_dir, run_key(spec).replace("|", "_"))
+
+
+def train_argv(spec, args):
+    """The `keras-largebatch-train` arguments of one run (no program name)."""
+    argv = [
+        f"--model_dir={model_dir_of(spec, args)}", f"--model={args.model}",
         f"--resnet_depth={args.depth}", f"--resnet_width={args.width}",
         f"--dataset={args.dataset}", f"--global_batch_size={spec['batch']}",
         f"--optimizer={spec['optimizer']}", f"--epochs={spec['epochs']}",
@@ -80,11 +82,27 @@ def one_run(spec, args):
         "--precision=float32", "--verbose=0",
     ]
     if args.steps_per_epoch:
-        cmd.append(f"--steps_per_epoch={args.steps_per_epoch}")
+        argv.append(f"--steps_per_epoch={args.steps_per_epoch}")
+    if args.data_dir:
+        argv.append(f"--data_dir={args.data_dir}")
+    return argv
+
+
+def one_run(spec, args):
+    """One run, in a process of its own."""
+    cmd = [sys.executable, "-c",
+           "from keras_largebatch.train.main import run; run()",
+           *train_argv(spec, args)]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return collect(spec, args, time.perf_counter() - start)
+
+
+def collect(spec, args, wall_seconds):
+    """The record of a finished run, from its summary and history."""
+    model_dir = model_dir_of(spec, args)
     with open(os.path.join(model_dir, "summary.json")) as f:
         summary = json.load(f)
     with open(os.path.join(model_dir, "history.csv")) as f:
@@ -100,7 +118,7 @@ def one_run(spec, args):
         images_per_sec=summary.get("images_per_sec"),
         num_train=summary["num_train"],
         backend=summary["backend"],
-        wall_seconds=time.perf_counter() - start,
+        wall_seconds=wall_seconds,
         # Every epoch's training time, from the history: more than the wall
         # time when the run resumed from its backup (the wall time counts the
         # last process only).
@@ -115,7 +133,7 @@ def one_run(spec, args):
 def precise_bn_eval(run, args, count):
     """The run's final model evaluated with batch-norm statistics averaged
     over `count` training batches (`--mode=eval --precise_bn_batches`)."""
-    model_dir = os.path.join(args.work_dir, run_key(run).replace("|", "_"))
+    model_dir = model_dir_of(run, args)
     # Only the run's own model: a folder reused by another run (or gone)
     # says so by its summary.
     try:
@@ -422,7 +440,7 @@ def plot(record, path):
     plt.close(fig)
 
 
-def main():
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet_cifar")
     parser.add_argument("--depth", type=int, default=8)
@@ -457,6 +475,9 @@ def main():
         help="at the long budget, run these multiples of the short budget's "
              "best rate (default: the best rate only); claim (b) takes the "
              "best of them")
+    parser.add_argument(
+        "--data_dir", default="",
+        help="the data set's folder (default: where the command looks)")
     parser.add_argument("--work_dir", default=os.path.join("runs", "study"))
     parser.add_argument("--out", default=os.path.join(
         RESULTS, "large_batch_study"))
@@ -467,6 +488,11 @@ def main():
              "of the best short run of each (optimizer, batch) again with "
              "batch-norm statistics averaged over N training batches "
              "(precise BN)")
+    return parser
+
+
+def main():
+    parser = make_parser()
     args = parser.parse_args()
     for factor in args.long_rate_factors:
         if not factor > 0:

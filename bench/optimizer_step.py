@@ -124,8 +124,13 @@ def measure_backend(steps, only=None):
             _store(results, name, _median_ms(
                 run, steps, sync=lambda out: jax.block_until_ready(out)))
         else:
+            import torch
+
+            # On a GPU `apply` only queues kernels: wait for them.
             _store(results, name, _median_ms(
-                lambda: optimizer.apply(grads, variables), steps))
+                lambda: optimizer.apply(grads, variables), steps,
+                sync=lambda out: torch.cuda.is_available()
+                and torch.cuda.synchronize()))
     if backend == "jax" and not only:
         results.update(_jax_floor(plain, variables, steps))
     return backend, results
