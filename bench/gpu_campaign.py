@@ -548,6 +548,7 @@ def markdown(record, study_path):
             "| backend | device | " + " | ".join(names) + " | "
             + " | ".join(f"{x}/{y}" for x, y in pairs) + " |",
             "|---" * (2 + len(names) + len(pairs)) + "|"]
+        floors = []
         for backend, r in b["results"].items():
             ms = [f"{r[n]:.2f}" if n in r else "–" for n in names]
             ratios = [f"{r[x] / r[y]:.2f}" if x in r and y in r else "–"
@@ -557,9 +558,10 @@ def markdown(record, study_path):
             for rule, base in (("LARS", "SGD"), ("LAMB", "Adam")):
                 if f"floor_{rule}" in r:
                     x, y = r[f"floor_{rule}"], r[f"floor_{base}"]
-                    lines.append(f"\nFloor on {backend}, minimal jitted JAX "
-                                 f"{rule}/{base}: {x:.2f} / {y:.2f} ms = "
-                                 f"{x / y:.2f}\n")
+                    floors.append(f"- floor on {backend}, minimal jitted JAX "
+                                  f"{rule}/{base}: {x:.2f} / {y:.2f} ms = "
+                                  f"{x / y:.2f}")
+        lines += [""] + floors if floors else []
     c = record.get("c")
     if c and c.get("runs"):
         study = bench_module("large_batch_study")
