@@ -34,6 +34,7 @@ from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
+from keras_largebatch.optimizers import layerwise
 
 LOG_NAMES = ("gradient_noise_scale", "gns_grad_sq_norm", "gns_trace_cov")
 
@@ -142,8 +143,8 @@ class GradientNoiseScale(keras.callbacks.Callback):
     gradients and Keras' accumulators) or its all-reduce (replicas); the
     wrapper updates the four variables and calls the original. At the end
     of `fit` both are undone (an optimizer saved during `fit` holds the
-    four extra variables). Its cost: one more read of each gradient (and
-    accumulator) per step.
+    four extra variables). Its cost: one more read of each gradient per
+    step, and of each accumulator per update.
 
     Args:
         batch_size: Int >= 1, the global batch of one step of `fit` (one
@@ -208,9 +209,14 @@ class GradientNoiseScale(keras.callbacks.Callback):
                          if g is not None]
                 inverse = 1.0 / (optimizer.loss_scale_factor or 1.0) ** 2
                 small = _sq([g for g, _ in pairs]) * inverse
-                big = _sq([ops.add(ops.cast(g, "float32"), a)
-                           for g, a in pairs]) * (inverse / k ** 2)
                 update = ops.equal((optimizer._iterations + 1) % k, 0)
+                # The average, on the update step only (a pure branch).
+                big = ops.cond(
+                    update,
+                    lambda: _sq([ops.add(g, ops.cast(a.value, g.dtype))
+                                 for g, a in pairs]) * (inverse / k ** 2),
+                    lambda: ops.zeros((), "float32"),
+                )
                 small_sum = self._state[0]
                 small = ops.add(small_sum.value, small)
                 small_sum.assign(ops.where(update, 0.0, small))
@@ -319,5 +325,11 @@ def _replica_hook(optimizer, callback, replicas):
 
 
 def _sq(tensors):
-    """The sum of squares of all `tensors`, in float32."""
-    return sum(ops.sum(ops.square(ops.cast(x, "float32"))) for x in tensors)
+    """The sum of squares of all `tensors`, in float32, one read of each
+    (the optimizers' own squared norms, per backend)."""
+    tensors = [ops.cast(x, "float32") for x in tensors]
+    if keras.backend.backend() == "torch":
+        from keras_largebatch.optimizers import torch_foreach
+
+        return ops.sum(torch_foreach.squared_norms(tensors))
+    return sum(layerwise.squared_norm(x) for x in tensors)

@@ -58,7 +58,8 @@ def main(argv):
     if (FLAGS.distribution == "data_parallel"
             and processes.SUPERVISED not in os.environ
             and processes.is_multi_process()):
-        return processes.supervise(argv, FLAGS.model_dir)
+        return processes.supervise(argv, FLAGS.model_dir,
+                                   FLAGS.collective_timeout_seconds)
     try:
         if FLAGS.distribution == "multi_worker":
             _multi_worker_strategy(FLAGS)  # before any other TensorFlow op

@@ -71,7 +71,7 @@ def is_multi_process():
     try:
         return cluster()[1] > 1
     except ValueError:
-        return True  # The supervised child reports it.
+        return False  # `initialize` reports it, before anything runs.
 
 
 def initialize(timeout_seconds=0):
@@ -89,18 +89,21 @@ def initialize(timeout_seconds=0):
             initialization_timeout=timeout or 300,
             heartbeat_timeout_seconds=max(timeout or 100, 2))
     except Exception as e:  # The runtime's error types are internal.
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValueError(
-            f"Process {index} of {count} could not join the job at the "
-            f"coordinator {coordinator} within {timeout or 300} s "
-            f"({type(e).__name__}: {first[:200]}). Start every process, "
-            f"the coordinator (KERAS_DISTRIBUTION_PROCESS_ID=0) listening "
-            f"there. Received: KERAS_DISTRIBUTION_JOB_ADDRESSES="
-            f"{coordinator!r}") from None
+        raise ValueError(join_error(timeout_seconds)) from e
     return jax.process_index(), jax.process_count()
 
 
-def supervise(argv, model_dir):
+def join_error(timeout_seconds=0):
+    """The one line for a process that could not join its job."""
+    coordinator, count, index = cluster()
+    return (f"Process {index} of {count} could not join the job at the "
+            f"coordinator {coordinator} within "
+            f"{int(timeout_seconds) or 300} s: start every process, the "
+            f"coordinator (KERAS_DISTRIBUTION_PROCESS_ID=0) listening there. "
+            f"Received: KERAS_DISTRIBUTION_JOB_ADDRESSES={coordinator!r}")
+
+
+def supervise(argv, model_dir, timeout_seconds=0):
     """Runs this process's command again in a child, with `SUPERVISED` set;
     returns the exit code to end with."""
     _, count, index = cluster()
@@ -135,6 +138,10 @@ def supervise(argv, model_dir):
         return code
     with open(log.name, errors="replace") as f:
         text = f.read()
+    if "CoordinationService/RegisterTask" in text:  # Never joined.
+        print(f"{PROG}: error: {join_error(timeout_seconds)}",
+              file=sys.stderr)
+        return 2
     print(f"{PROG}: error: {lost_message(text, index, count, code)} "
           f"To resume, start all {count} processes again with the same "
           f"command: they continue from the last finished epoch in "
