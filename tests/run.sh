@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Installs everything on a fresh machine, then runs the whole suite once per
-# Keras backend. Usage: bash tests/run.sh [--no-install] [pytest args...]
+# Keras backend, then the command, data and optimizer tests on JAX and torch
+# in a second environment without TensorFlow.
+# Usage: bash tests/run.sh [--no-install] [pytest args...]
 #   BACKENDS="jax torch" bash tests/run.sh     # a subset of backends
+#   NO_TF_JOB=0 bash tests/run.sh              # without the TF-free job
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+NO_TF_VENV=.venv-notf
+# The tests of the command, its data and the optimizers; the multi-process
+# ones ran above.
+NO_TF_TESTS=(tests/train tests/optimizers
+             --deselect tests/train/test_train_processes.py)
+[ -d tests/bench ] && NO_TF_TESTS+=(tests/bench)
 
 if [ "${1:-}" = "--no-install" ]; then
   shift
+  install=0
 else
+  install=1
   set -e
   # CPU builds: tensorflow-cpu, jax, and the torch 2.13.0 CPU wheel (plain
   # `torch` would pull several GB of CUDA packages).
@@ -33,4 +44,25 @@ for backend in ${BACKENDS:-tensorflow jax torch}; do
   KERAS_BACKEND=$backend PYTHONSAFEPATH=1 TF_CPP_MIN_LOG_LEVEL=2 \
     "$PY" -m pytest -q -p no:cacheprovider "$@" || status=1
 done
+
+if [ "${NO_TF_JOB:-1}" = 1 ]; then
+  if [ "$install" = 1 ]; then
+    set -e
+    rm -rf "$NO_TF_VENV"
+    "$PY" -m venv "$NO_TF_VENV"
+    "$NO_TF_VENV/bin/pip" install --quiet --upgrade pip
+    "$NO_TF_VENV/bin/pip" install --quiet jax "torch==2.13.0"
+    KERAS_LARGEBATCH_BUILD_NATIVE=0 "$NO_TF_VENV/bin/pip" install --quiet ".[test]"
+    set +e
+  fi
+  if "$NO_TF_VENV/bin/python" -c "import tensorflow" 2>/dev/null; then
+    echo "error: $NO_TF_VENV has TensorFlow"; status=1
+  fi
+  for backend in jax torch; do
+    echo "=== KERAS_BACKEND=$backend, without TensorFlow"
+    KERAS_BACKEND=$backend PYTHONSAFEPATH=1 \
+      "$NO_TF_VENV/bin/python" -m pytest -q -p no:cacheprovider \
+      "${NO_TF_TESTS[@]}" "$@" || status=1
+  done
+fi
 exit $status
