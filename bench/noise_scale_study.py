@@ -203,6 +203,15 @@ def report(result):
         if way:
             tail += f"  {way[0]:.1f}  {way[1]:.0f}/{way[2]:.0f}"
         print(f"{row['target']:.2f}  " + "  ".join(cells) + "  " + tail)
+        small = m["batch"] if m else None
+        if way and small in steps:
+            # S(small)/S(B) observed, and as B_simple predicts it.
+            for b in f["batches"]:
+                if b != small and b in steps:
+                    predicted = (1 + way[1] / small) / (1 + way[1] / b)
+                    print(f"      S({small})/S({b}): observed "
+                          f"{steps[small] / steps[b]:.2f}, predicted from "
+                          f"B_simple {way[1]:.0f}: {predicted:.2f}")
 
 
 if __name__ == "__main__":
