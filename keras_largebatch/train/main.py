@@ -123,10 +123,12 @@ def prepare(FLAGS):
     if not FLAGS.model_dir:
         raise ValueError("`model_dir` is required. Received: model_dir=None")
 
-    (job.strategy, job.replicas, job.chief, job.task,
-     processes_count) = _distribution(FLAGS)
+    job.strategy, job.replicas, job.chief, job.task = _distribution(FLAGS)
     if FLAGS.distribution == "data_parallel":
-        job.process_index, job.process_count = job.task, processes_count
+        import jax
+
+        job.process_index, job.process_count = (jax.process_index(),
+                                                jax.process_count())
     # Each process would set statistics of its own slice of the batches.
     require(FLAGS.precise_bn_batches == 0 or job.process_count == 1,
             "precise_bn_batches", FLAGS.precise_bn_batches,
@@ -515,26 +517,26 @@ def _check_flags(FLAGS):
 
 
 def _distribution(FLAGS):
-    """Returns (tf strategy or None, replicas, is_chief, task index,
-    JAX processes)."""
+    """Returns (tf strategy or None, replicas, is_chief, task or process
+    index)."""
     import keras
 
     from keras_largebatch.train import processes
 
     backend = keras.backend.backend()
     if FLAGS.distribution == "none":
-        return None, 1, True, 0, 1
+        return None, 1, True, 0
     if FLAGS.distribution == "data_parallel":
         if backend != "jax":
             raise ValueError(
                 "`distribution=data_parallel` uses keras.distribution, which "
                 f"needs the JAX backend. Received: backend={backend}")
-        index, count = processes.initialize(FLAGS.collective_timeout_seconds)
+        index, _ = processes.initialize(FLAGS.collective_timeout_seconds)
         devices = keras.distribution.list_devices()
         distribution = keras.distribution.DataParallel(
             devices=devices, auto_shard_dataset=False)
         keras.distribution.set_distribution(distribution)
-        return None, len(devices), index == 0, index, count
+        return None, len(devices), index == 0, index
     if backend != "tensorflow":
         raise ValueError(
             "`distribution=multi_worker` needs the TensorFlow backend "
@@ -546,8 +548,7 @@ def _distribution(FLAGS):
     chief = task.get("type", "worker") == "chief" or (
         "chief" not in cluster and task.get("index", 0) == 0)
     strategy = _multi_worker_strategy(FLAGS)
-    return (strategy, strategy.num_replicas_in_sync, chief,
-            task.get("index", 0), 1)
+    return strategy, strategy.num_replicas_in_sync, chief, task.get("index", 0)
 
 
 _STRATEGY = []
