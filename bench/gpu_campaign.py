@@ -207,8 +207,10 @@ class Worker:
             [sys.executable, os.path.abspath(__file__), "--child"], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             text=True, cwd=os.getcwd())
-        self.backend, self.task, self.facts = backend, None, None
-        threading.Thread(target=self._read, args=(results,), daemon=True).start()
+        self.backend, self.task = backend, None
+        self.reader = threading.Thread(target=self._read, args=(results,),
+                                       daemon=True)
+        self.reader.start()
 
     def _read(self, results):
         for line in self.proc.stdout:
@@ -227,6 +229,7 @@ class Worker:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.reader.join(timeout=10)  # It writes to the log until EOF.
         self.log.close()
 
 
@@ -290,7 +293,6 @@ class Campaign:
                 if got is not worker:
                     others.append((got, tag, value))
                 elif tag == "READY":
-                    worker.facts = value
                     # A campaign on a CPU would spend its budget measuring
                     # nothing: only the smoke may run there.
                     if not self.args.smoke and value["device"].startswith("cpu"):
@@ -648,8 +650,8 @@ def prepare(folder):
           f"({len(os.listdir(wheels))} wheels, Fashion-MNIST)\n")
     print("Device command (run it until it prints 'campaign complete'; "
           f"carry [\"{rel}\"]; each call resumes from "
-          "bench/results/gpu_campaign.json, so copy that file and the .md "
-          "back from the call's files into bench/results/ before the next):\n")
+          "bench/results/gpu_campaign.json: copy the call's gpu_campaign.json,"
+          " .md and _study.md into bench/results/ before the next):\n")
     print(device_command(rel))
 
 
@@ -661,7 +663,7 @@ def device_command(folder):
         "PYTHONUNBUFFERED=1 || exit;")
     run = ("python3 bench/gpu_campaign.py --budget_seconds 540 "
            f"--data_dir {folder}/fashion-mnist 2>&1 | tee $OUT/campaign.log;")
-    back = "cp bench/results/gpu_campaign.json bench/results/gpu_campaign.md $OUT/"
+    back = "cp bench/results/gpu_campaign* $OUT/"
     return f"{install} {run} {back}"
 
 
