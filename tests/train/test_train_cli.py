@@ -46,14 +46,14 @@ def old_run(tmp_path):
 
 
 def _corrupt_dir(tmp_path):
-    import tensorflow as tf
+    from PIL import Image
 
     root = tmp_path / "images"
     for name in ("a", "b"):
         (root / name).mkdir(parents=True)
         for i in range(3):
-            tf.io.write_file(str(root / name / f"{i}.png"),
-                             tf.io.encode_png(np.zeros((8, 8, 3), "uint8")))
+            Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(
+                root / name / f"{i}.png")
     (root / "b" / "bad.png").write_bytes(b"\x89PNG\r\n garbage")
     return str(root)
 
