@@ -199,9 +199,11 @@ def child():
 class Worker:
     """A child process of one backend; its result lines go to `results`."""
 
+    environ = None  # The environment workers start from (default: ours).
+
     def __init__(self, backend, results, log_path, env=()):
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                   PYTHONUNBUFFERED="1", **dict(env))
+        env = dict(self.environ or os.environ, KERAS_BACKEND=backend,
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", **dict(env))
         self.log = open(log_path, "a")
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--child"], env=env,
@@ -714,9 +716,11 @@ def main(argv=None):
     args = parse_args(argv)
     if args.child:
         return child()
-    # This process imports Keras only for helpers (no TensorFlow on the GPU
-    # machine); the workers choose their own backend.
-    os.environ.setdefault("KERAS_BACKEND", "jax")
+    # This process imports Keras for helpers only: on JAX's CPU platform, so
+    # that it never takes GPU memory from its workers, which start from the
+    # environment as it was.
+    Worker.environ = dict(os.environ)
+    os.environ.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     if args.prepare:
         return prepare(args.prepare)
     if args.smoke and args.out == RESULTS:
