@@ -84,8 +84,9 @@ def describe(b_simple, batch_size):
     check_int("batch_size", batch_size, 1)
     if not (isinstance(b_simple, (int, float)) and math.isfinite(b_simple)
             and b_simple > 0):
-        return (f"gradient noise scale: not measured (B_simple={b_simple}); "
-                "the gradient is still mostly signal or the run too short")
+        return (f"gradient noise scale: not measured (B_simple={b_simple}): "
+                "the estimate of |G|^2 is not positive yet (the gradients "
+                "are mostly noise at this batch, or the run is too short)")
     steps = 1 + b_simple / batch_size
     examples = 1 + batch_size / b_simple
     doubled = (1 + b_simple / (2 * batch_size)) / steps

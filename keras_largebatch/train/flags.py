@@ -125,6 +125,11 @@ def define_flags():
         "(Goyal et al.'s precise BN); 0: the moving averages. Not with "
         "--distribution=multi_worker.",
     )
+    flags.DEFINE_boolean(
+        "gradient_noise_scale", False,
+        "Log the gradient noise scale B_simple (McCandlish et al.) each "
+        "epoch and say at the end what it means for the batch; needs "
+        "--gradient_accumulation_steps >= 2 or several replicas.")
     flags.DEFINE_enum(
         "augment", "auto", ("auto", "none", "light", "crop_flip"),
         "auto: light (shift/zoom, no flip) for digit data sets, crop_flip "

@@ -209,6 +209,18 @@ def prepare(FLAGS):
             FLAGS.weight_decay, FLAGS.gradient_accumulation_steps)
         recipe.compile_model(model, optimizer, FLAGS.label_smoothing,
                              top5=spec.num_classes > 10)
+        if FLAGS.gradient_noise_scale:
+            from keras_largebatch import noise_scale
+
+            try:
+                noise_scale.check_measurable(optimizer, job.strategy)
+            except ValueError:
+                raise ValueError(
+                    "`gradient_noise_scale` needs two batch sizes in one "
+                    "step: --gradient_accumulation_steps >= 2 or several "
+                    "replicas (--distribution=multi_worker). Received: "
+                    "gradient_noise_scale=True, gradient_accumulation_steps="
+                    f"{FLAGS.gradient_accumulation_steps}") from None
     job.model = model
     job.model_dir = FLAGS.model_dir
     return job
@@ -280,6 +292,14 @@ def precise_bn_batches(job, epoch):
     return train_ds
 
 
+def _noise_scale(job):
+    if not job.flags["gradient_noise_scale"]:
+        return []
+    from keras_largebatch.noise_scale import GradientNoiseScale
+
+    return [GradientNoiseScale(job.step_batch)]
+
+
 def _precise_bn(job):
     count = job.flags["precise_bn_batches"]
     if not count:
@@ -326,6 +346,7 @@ def _train(job, start, out_dir, peer):
     callbacks = [
         throughput,  # First: adds images_per_sec to the logs the rest see.
         outputs.EpochScalars(),  # learning_rate, loss_scale
+        *_noise_scale(job),
         outputs.Backup(os.path.join(job.model_dir if peer else out_dir,
                                     "backup"),
                        os.path.join(out_dir, "backup")),
@@ -388,6 +409,12 @@ def _train(job, start, out_dir, peer):
     }
     if "top5_accuracy" in val_metrics:
         summary["top5_accuracy"] = float(val_metrics["top5_accuracy"])
+    noise = history.history.get("gradient_noise_scale")
+    if noise:
+        from keras_largebatch.noise_scale import describe
+
+        summary["gradient_noise_scale"] = float(noise[-1])
+        print(f"{PROG}: {describe(float(noise[-1]), F['global_batch_size'])}")
     if job.chief:
         outputs.plot_learning_curves(
             outputs.read_history(os.path.join(out_dir, "history.csv")),
@@ -412,7 +439,7 @@ def _flag_names():
         "epochs", "steps_per_epoch", "gradient_accumulation_steps",
         "optimizer", "momentum", "eta",
         "weight_decay", "precision", "label_smoothing", "bn_momentum",
-        "precise_bn_batches", "augment",
+        "precise_bn_batches", "gradient_noise_scale", "augment",
         "init_weights", "distribution", "seed", "verbose", "check_images",
         "keep_checkpoints", "deterministic", "mode",
         "num_train_examples", "num_validation_examples",
