@@ -12,7 +12,8 @@ NO_TF_VENV=.venv-notf
 # The tests of the command, its data and the optimizers; the multi-process
 # ones ran above.
 NO_TF_TESTS=(tests/train tests/optimizers
-             --deselect tests/train/test_train_processes.py)
+             --deselect tests/train/test_train_processes.py
+             --deselect tests/train/test_train_without_tensorflow.py)
 [ -d tests/bench ] && NO_TF_TESTS+=(tests/bench)
 
 if [ "${1:-}" = "--no-install" ]; then
