@@ -9,7 +9,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 NO_TF_VENV=.venv-notf
-# The tests of the command, its data and the optimizers; the multi-process
+# The tests of the command, its data and the optimizers, and the GPU
+# campaign's smoke run (here only); the multi-process
 # ones ran above.
 NO_TF_TESTS=(tests/train tests/optimizers
              --deselect tests/train/test_train_processes.py
@@ -43,7 +44,7 @@ for backend in ${BACKENDS:-tensorflow jax torch}; do
   # PYTHONSAFEPATH: import the installed package, not ./keras_largebatch
   # (the installed one has applications/ mapped in and the native library).
   KERAS_BACKEND=$backend PYTHONSAFEPATH=1 TF_CPP_MIN_LOG_LEVEL=2 \
-    "$PY" -m pytest -q -p no:cacheprovider "$@" || status=1
+    "$PY" -m pytest -q -p no:cacheprovider --ignore=tests/bench "$@" || status=1
 done
 
 if [ "${NO_TF_JOB:-1}" = 1 ]; then
