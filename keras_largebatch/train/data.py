@@ -10,7 +10,6 @@ TFRecord without ImageNet's features.
 
 import dataclasses
 import functools
-import glob
 import gzip
 import os
 

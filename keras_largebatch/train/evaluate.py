@@ -60,12 +60,11 @@ def evaluate(job):
     count = job.flags["precise_bn_batches"]
     if count:
         from keras_largebatch.precise_bn import recompute_batch_norm_statistics
-        from keras_largebatch.train.main import precise_bn_batches
 
         # final.keras has no epoch in its name: it is the last one.
         epoch = checkpoints.epoch_of(path) or job.flags["epochs"]
         recompute_batch_norm_statistics(
-            job.model, precise_bn_batches(job, epoch - 1), count)
+            job.model, job.precise_bn_batches(epoch - 1), count)
     metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
     result = {
         "checkpoint": os.path.relpath(path, job.model_dir),

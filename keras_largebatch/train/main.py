@@ -25,8 +25,6 @@ import warnings
 from absl import app
 from absl import flags
 
-from keras_largebatch._shared import check_int
-from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.train import flags as train_flags
 
@@ -53,6 +51,11 @@ def main(argv):
         return fail(e)
     if len(rest) > 1:
         return fail(f"Unexpected arguments: {' '.join(rest[1:])}")
+    try:
+        train_flags.check({name: FLAGS[name].value
+                           for name in train_flags.BY_NAME})
+    except ValueError as e:
+        return fail(e)
     from keras_largebatch.train import processes
 
     if (FLAGS.distribution == "data_parallel"
@@ -61,13 +64,14 @@ def main(argv):
         return processes.supervise(argv, FLAGS.model_dir,
                                    FLAGS.collective_timeout_seconds)
     try:
+        strategy = None
         if FLAGS.distribution == "multi_worker":
-            _multi_worker_strategy(FLAGS)  # before any other TensorFlow op
+            strategy = _multi_worker_strategy(FLAGS)  # before any TF op
         if FLAGS.mode == "eval":
             from keras_largebatch.train import evaluate
 
             evaluate.flags_from_run(FLAGS)
-        job = prepare(FLAGS)
+        job = prepare(FLAGS, strategy)
         if FLAGS.mode == "eval":
             return evaluate.evaluate(job)
     except (ValueError, OSError) as e:
@@ -97,9 +101,23 @@ def fail(error):
 class Job:
     """Everything checked and built, nothing written yet."""
 
+    def precise_bn_batches(self, epoch):
+        """The `--precise_bn_batches` training batches for `epoch`:
+        augmented and normalized as in training, one batch-norm batch each
+        (the step's batch, a micro-batch under accumulation), a function of
+        the seed and the epoch only (a resumed run recomputes the same
+        statistics)."""
+        train_ds, _ = self.batches(
+            self.flags["seed"] + 1, drop_remainder=True,
+            steps_per_epoch=self.flags["precise_bn_batches"],
+            epochs=epoch + 1, initial_epoch=epoch)
+        return train_ds
 
-def prepare(FLAGS):
-    """Checks every input and builds data, model and optimizer (no writes)."""
+
+def prepare(FLAGS, strategy=None):
+    """Builds data, model and optimizer for the checked flags, with the
+    multi-worker `strategy` if any; checks what needs the data or the
+    devices (no writes)."""
     import keras
 
     from keras_largebatch.train import augment
@@ -109,12 +127,18 @@ def prepare(FLAGS):
 
     job = Job()
     job.process_index, job.process_count = 0, 1
-    job.flags = {name: FLAGS[name].value for name in _flag_names()}
+    job.flags = {name: FLAGS[name].value for name in train_flags.RECORDED}
     size = recipe.image_size_for(FLAGS.model, FLAGS.dataset, FLAGS.image_size)
     minimum = recipe.MIN_IMAGE_SIZE[FLAGS.model]
     require(size >= minimum, "image_size", size,
             f"at least {minimum} for {FLAGS.model}")
-    _check_flags(FLAGS)
+    # Each worker would compute statistics of its own batches and assign
+    # them to mirrored variables: they would differ between workers.
+    require(FLAGS.precise_bn_batches == 0
+            or FLAGS.distribution != "multi_worker", "precise_bn_batches",
+            FLAGS.precise_bn_batches,
+            "0 with --distribution=multi_worker (each worker would set "
+            "different statistics)")
     if FLAGS.init_weights and not os.path.isfile(FLAGS.init_weights):
         raise ValueError(
             "`init_weights` is not a file. Received: "
@@ -123,7 +147,13 @@ def prepare(FLAGS):
     if not FLAGS.model_dir:
         raise ValueError("`model_dir` is required. Received: model_dir=None")
 
-    job.strategy, job.replicas, job.chief, job.task = _distribution(FLAGS)
+    if FLAGS.distribution == "multi_worker":
+        strategy = strategy or _multi_worker_strategy(FLAGS)
+        job.strategy = strategy
+        job.replicas, job.chief, job.task = _worker_roles(strategy)
+    else:
+        job.strategy, job.replicas, job.chief, job.task = _distribution(
+            FLAGS)
     if FLAGS.distribution == "data_parallel":
         import jax
 
@@ -272,24 +302,12 @@ def _residual_checkpoints(job, backup_dir):
     """Under `--compression=topk`, the callback that saves and restores this
     worker's error-feedback residuals at each epoch's end, beside the
     backup (`Backup` resumes from the same epoch)."""
-    if job.flags.get("compression") != "topk" or not _STRATEGY:
+    if job.flags.get("compression") != "topk" or job.strategy is None:
         return []
     from keras_largebatch.distribute import sparse
 
     return [sparse.residual_checkpoint_callback(
-        _STRATEGY[0], os.path.join(backup_dir, "topk_residuals"))]
-
-
-def precise_bn_batches(job, epoch):
-    """The `--precise_bn_batches` training batches for `epoch`: augmented
-    and normalized as in training, one batch-norm batch each (the step's
-    batch, a micro-batch under accumulation), a function of the seed and
-    the epoch only (a resumed run recomputes the same statistics)."""
-    count = job.flags["precise_bn_batches"]
-    train_ds, _ = job.batches(
-        job.flags["seed"] + 1, drop_remainder=True, steps_per_epoch=count,
-        epochs=epoch + 1, initial_epoch=epoch)
-    return train_ds
+        job.strategy, os.path.join(backup_dir, "topk_residuals"))]
 
 
 def _noise_scale(job):
@@ -306,7 +324,7 @@ def _precise_bn(job):
         return []
     from keras_largebatch.precise_bn import PreciseBatchNorm
 
-    return [PreciseBatchNorm(lambda epoch: precise_bn_batches(job, epoch),
+    return [PreciseBatchNorm(job.precise_bn_batches,
                              count)]
 
 
@@ -430,25 +448,6 @@ def _train(job, start, out_dir, peer):
     return 0
 
 
-def _flag_names():
-    return [
-        "model", "resnet_depth", "resnet_width", "dataset", "data_dir",
-        "input_pipeline", "num_classes", "image_size",
-        "global_batch_size", "base_learning_rate", "base_batch_size",
-        "lr_scaling", "warmup_epochs", "end_learning_rate", "poly_power",
-        "epochs", "steps_per_epoch", "gradient_accumulation_steps",
-        "optimizer", "momentum", "eta",
-        "weight_decay", "precision", "label_smoothing", "bn_momentum",
-        "precise_bn_batches", "gradient_noise_scale", "augment",
-        "init_weights", "distribution", "seed", "verbose", "check_images",
-        "keep_checkpoints", "deterministic", "mode",
-        "num_train_examples", "num_validation_examples",
-        "fusion_threshold_bytes", "hierarchical_threshold_bytes",
-        "compression", "topk_density", "workers_per_node",
-        "collective_timeout_seconds",
-    ]
-
-
 def _fit(job, callbacks):
     """`fit`, then `evaluate` on the validation set: (history, metrics)."""
     history = job.model.fit(
@@ -511,40 +510,8 @@ def _make_deterministic():
         torch.use_deterministic_algorithms(True)
 
 
-def _check_flags(FLAGS):
-    """The numeric flags' ranges (a `ValueError` naming flag and value)."""
-    for name, minimum in (("global_batch_size", 1), ("epochs", 1),
-                          ("steps_per_epoch", 0),
-                          ("gradient_accumulation_steps", 1),
-                          ("resnet_width", 1), ("num_classes", 0),
-                          ("keep_checkpoints", 0), ("num_train_examples", 0),
-                          ("precise_bn_batches", 0),
-                          ("num_validation_examples", 0)):
-        check_int(name, FLAGS[name].value, minimum)
-    # Each worker would compute statistics of its own batches and assign
-    # them to mirrored variables: they would differ between workers.
-    require(FLAGS.precise_bn_batches == 0
-            or FLAGS.distribution != "multi_worker", "precise_bn_batches",
-            FLAGS.precise_bn_batches,
-            "0 with --distribution=multi_worker (each worker would set "
-            "different statistics)")
-    require(FLAGS.resnet_depth >= 8 and (FLAGS.resnet_depth - 2) % 6 == 0,
-            "resnet_depth", FLAGS.resnet_depth,
-            "6n + 2 with n >= 1 (8, 14, 20, ...)")
-    for name, valid, expected in (
-            ("warmup_epochs", lambda x: x >= 0, ">= 0"),
-            ("base_learning_rate", lambda x: x >= 0, ">= 0"),
-            ("weight_decay", lambda x: x >= 0, ">= 0"),
-            ("eta", lambda x: x > 0, "> 0"),
-            ("label_smoothing", lambda x: 0 <= x < 1, "in [0, 1)"),
-            ("bn_momentum", lambda x: 0 <= x < 1, "in [0, 1)"),
-            ("topk_density", lambda x: 0 < x <= 1, "in (0, 1]")):
-        # optional: `--warmup_epochs` is None unless given.
-        check_number(name, FLAGS[name].value, valid, expected, optional=True)
-
-
 def _distribution(FLAGS):
-    """Returns (tf strategy or None, replicas, is_chief, task or process
+    """`none` or `data_parallel`: (None, replicas, is_chief, process
     index)."""
     import keras
 
@@ -564,32 +531,30 @@ def _distribution(FLAGS):
             devices=devices, auto_shard_dataset=False)
         keras.distribution.set_distribution(distribution)
         return None, len(devices), index == 0, index
-    if backend != "tensorflow":
-        raise ValueError(
-            "`distribution=multi_worker` needs the TensorFlow backend "
-            f"(KERAS_BACKEND=tensorflow). Received: backend={backend}")
+    raise ValueError(
+        "`distribution=multi_worker` is created by `main` first. Received: "
+        f"distribution={FLAGS.distribution!r}")
+
+
+def _worker_roles(strategy):
+    """(replicas, is_chief, task index) of this worker under `TF_CONFIG`."""
     raw = os.environ.get("TF_CONFIG")
     tf_config = json.loads(raw) if raw is not None else {}
     task = tf_config.get("task", {})
     cluster = tf_config.get("cluster", {})
     chief = task.get("type", "worker") == "chief" or (
         "chief" not in cluster and task.get("index", 0) == 0)
-    strategy = _multi_worker_strategy(FLAGS)
-    return strategy, strategy.num_replicas_in_sync, chief, task.get("index", 0)
-
-
-_STRATEGY = []
+    return strategy.num_replicas_in_sync, chief, task.get("index", 0)
 
 
 def _multi_worker_strategy(FLAGS):
-    """The flags' `MultiWorkerMirroredStrategy`, created once per process.
+    """The flags' `MultiWorkerMirroredStrategy`.
 
-    `main` creates it first, after parsing the flags and before any other
-    TensorFlow op: TensorFlow configures collectives when its runtime
-    starts, and the strategy waits there for every worker in `TF_CONFIG`.
+    `main` creates it first, after parsing and checking the flags and
+    before any other TensorFlow op: TensorFlow configures collectives when
+    its runtime starts, and the strategy waits there for every worker in
+    `TF_CONFIG`.
     """
-    if _STRATEGY:
-        return _STRATEGY[0]
     backend = os.environ.get("KERAS_BACKEND")
     if backend is None:
         import keras
@@ -606,24 +571,20 @@ def _multi_worker_strategy(FLAGS):
         raise ValueError(
             "The TF_CONFIG environment variable must be JSON (or unset for "
             f"one worker). Received: TF_CONFIG={raw!r}") from None
-    check_number("collective_timeout_seconds",
-                 FLAGS.collective_timeout_seconds, lambda x: x >= 0, ">= 0")
-    check_int("workers_per_node", FLAGS.workers_per_node, 0)
     import tensorflow as tf
 
     from keras_largebatch import distribute
 
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=FLAGS.collective_timeout_seconds or None)
-    _STRATEGY.append(distribute.MultiWorkerMirroredStrategy(
+    return distribute.MultiWorkerMirroredStrategy(
         communication_options=options,
         fusion_threshold_bytes=FLAGS.fusion_threshold_bytes,
         hierarchical_threshold_bytes=FLAGS.hierarchical_threshold_bytes,
         compression=FLAGS.compression,
         workers_per_node=FLAGS.workers_per_node or None,
         topk_density=FLAGS.topk_density,
-    ))
-    return _STRATEGY[0]
+    )
 
 
 class _NullScope:

@@ -5,8 +5,9 @@ epoch; an epoch interrupted half-way is replayed from its start, with the
 same data and augmentation, see `data.batch`). Every flag must match the
 original run's `run_config.json`, except:
 
-- the flags in `FREE`, which change neither the model, the data, the
-  schedule nor the optimizer (output, logging, the device set-up);
+- the flags marked free in the flag table (`flags.FREE`), which change
+  neither the model, the data, the schedule nor the optimizer: output,
+  logging, the device set-up, how the all-reduce is packed and timed;
 - `--epochs`, which may be raised to train on. The warmup is kept and the
   polynomial decay is stretched to end at the new last epoch: from the
   restored step on, the rate follows the schedule of a run planned for the
@@ -22,14 +23,9 @@ import dataclasses
 import json
 import os
 
-# Flags that change neither the model, the data, the schedule nor the
-# optimizer: where outputs go, how much is printed, and how the all-reduce
-# is packed and timed (`compression` changes the numbers: not free).
-FREE = ("model_dir", "verbose", "check_images", "distribution",
-        "keep_checkpoints", "mode", "deterministic",
-        "fusion_threshold_bytes", "hierarchical_threshold_bytes",
-        "workers_per_node", "collective_timeout_seconds",
-        "precise_bn_batches")
+from keras_largebatch._shared import atomic_write
+from keras_largebatch.train.flags import FREE
+
 RAISES_FILE = "epochs_raised.json"
 BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
 
@@ -87,12 +83,11 @@ def check(model_dir, run_config):
 
 def record_raise(model_dir, resume, message):
     """Appends this raise of `--epochs` to `epochs_raised.json`."""
-    from keras_largebatch.train import outputs
-
     entry = {"epochs": resume.epochs, "from_epochs": resume.epochs_before,
              "at_epoch": resume.finished_epochs, "schedule": message}
-    outputs.write_json(os.path.join(model_dir, RAISES_FILE),
-                       resume.raises + [entry])
+    atomic_write(os.path.join(model_dir, RAISES_FILE),
+                 json.dumps(resume.raises + [entry], indent=2,
+                            sort_keys=True) + "\n")
 
 
 def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):
