@@ -3,7 +3,8 @@
     keras-largebatch-train --model_dir /tmp/run1
 
 trains AlexNet-BN (67x67) on the embedded digits with LARSMixed, warmup and
-polynomial decay, shows Keras' progress bar and writes `summary.json`,
+polynomial decay, shows Keras' progress bar (one line per epoch when stdout
+is not a terminal) and writes `summary.json`,
 `learning_curves.png` and checkpoints (see `outputs.py`). Running it again
 with the same `--model_dir` resumes from the last finished epoch.
 
@@ -261,7 +262,7 @@ def _pipeline(job, FLAGS, spec, policy, drop):
     `--input_pipeline`: tf.data, or Grain (no TensorFlow)."""
     from keras_largebatch.train import data
 
-    job.input_pipeline = recipe_input_pipeline(FLAGS.input_pipeline,
+    job.input_pipeline = resolve_input_pipeline(FLAGS.input_pipeline,
                                                FLAGS.dataset)
     kwargs = dict(drop_remainder=drop)
     if job.input_pipeline == "grain":
@@ -286,7 +287,7 @@ def _pipeline(job, FLAGS, spec, policy, drop):
     return batches
 
 
-def recipe_input_pipeline(input_pipeline, dataset):
+def resolve_input_pipeline(input_pipeline, dataset):
     """`--input_pipeline` resolved: `auto` is tf.data on the TensorFlow
     backend and for TFRecords, Grain elsewhere."""
     import keras
