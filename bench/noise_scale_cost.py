@@ -137,7 +137,9 @@ def main():
                   f"{r['overhead_cpu_pct']:+.1f}% |")
     with open(args.out, "w") as f:
         json.dump(dict(
-            results=results, args=vars(args),
+            results=results,
+            args={k: v for k, v in vars(args).items()
+                  if k not in ("child", "out")},
             machine=f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",
             loadavg=os.getloadavg()[0],
             date=datetime.date.today().isoformat()), f, indent=1)

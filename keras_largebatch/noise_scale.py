@@ -5,8 +5,9 @@ steps S and examples E trade off as `(S/S_min - 1)(E/E_min - 1) = 1`, that
 is `S = S_min (1 + B_crit/B)`, by the simple noise scale
 `B_simple = tr(Sigma) / |G|^2` (Sigma: the per-example gradient covariance,
 G: the true gradient). Under gradient accumulation (k micro-batches of b
-examples per update) it costs no extra pass: each micro-batch gradient g_i
-and their average give, per update (their Appendix A),
+examples per update) it needs no extra forward or backward pass: each
+micro-batch gradient g_i and their average give, per update (their
+Appendix A),
 
 ```python
 small = mean_i |g_i|^2                  # B_small = b
@@ -188,9 +189,9 @@ class GradientNoiseScale(keras.callbacks.Callback):
             self._state = [
                 owner.add_variable(
                     shape=(), dtype="float32", initializer="zeros",
-                    aggregation="only_first_replica", name=f"gns_{name}",
+                    aggregation="only_first_replica", name=f"gns_{slot}",
                 )
-                for name in ("small_sum", "grad_sq", "trace", "updates")
+                for slot in ("small_sum", "grad_sq", "trace", "updates")
             ]
         setattr(owner, name, hook(getattr(owner, name)))
         self._hooked = (owner, name)

@@ -198,3 +198,38 @@ def test_describe_gives_steps_relative_to_minimum():
     line = noise_scale.describe(512.0, 512)
     assert "steps 2.00x the minimum, examples 2.00x" in line
     assert "takes 75% of the steps" in line
+
+
+_DATA_PARALLEL = """
+import json, os, sys
+import numpy as np, keras, jax
+import keras_largebatch as klb
+sys.path.insert(0, {tests!r})
+from test_noise_scale import fit_logs, regression
+keras.distribution.set_distribution(
+    keras.distribution.DataParallel(devices=jax.devices()))
+x, y, w = regression(d=64, n=16384, sigma=1.0)
+logs = fit_logs(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
+                x, y, w, batch=64, beta=0.995, epochs=2, shuffle=True)
+print(json.dumps(dict(logs, devices=len(jax.devices()))))
+"""
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax",
+                    reason="keras.distribution.DataParallel on JAX")
+def test_jax_data_parallel_on_two_devices_measures_the_global_batch():
+    # The gradient is global under DataParallel: accumulation is the source.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KERAS_BACKEND="jax",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    code = _DATA_PARALLEL.format(tests=os.path.dirname(__file__))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, timeout=300,
+                          capture_output=True, text=True, check=True)
+    logs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert logs["devices"] == 2
+    np.testing.assert_allclose(logs["gradient_noise_scale"][-1], 129.0,
+                               rtol=0.1)
