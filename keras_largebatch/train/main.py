@@ -86,7 +86,8 @@ def main(argv):
     except tf.errors.OpError as e:
         workers = len(json.loads(os.environ.get("TF_CONFIG") or "{}").get(
             "cluster", {}).get("worker", [])) or 1
-        print(f"{PROG}: error: {processes.lost_worker_message(e, workers)} "
+        lost = processes.lost_worker_message(e, workers, job.task)
+        print(f"{PROG}: error: {lost} "
               f"To resume, start all {workers} workers again with the same "
               f"command: they continue from the last finished epoch in "
               f"{FLAGS.model_dir}.", file=sys.stderr)

@@ -149,14 +149,22 @@ def supervise(argv, model_dir, timeout_seconds=0):
     return 1
 
 
-def lost_worker_message(error, workers):
-    """What a TensorFlow collective's `OpError` says of the lost worker."""
+def lost_worker_message(error, workers, index):
+    """What a TensorFlow collective's `OpError` says of the lost worker.
+
+    The coordination service names the workers that stopped sending
+    heartbeats; a peer's closed socket names no one, and then the other
+    workers a message mentions (or, of two, the other one) are named.
+    """
     text = str(error)
-    lost = lost_processes(text)
+    lost = lost_processes(text) or sorted(
+        set(re.findall(r"task:(\d+)", text)) - {str(index)}, key=int)
+    if not lost and workers == 2:
+        lost = [str(1 - index)]
     who = (f"worker {', '.join(lost)} of {workers}" if lost
            else f"a worker of {workers}")
     return (f"lost {who} during training ({type(error).__name__}: the "
-            f"collective stopped); this worker stopped.")
+            f"collective stopped); this worker ({index}) stopped.")
 
 
 def lost_processes(log_text):
