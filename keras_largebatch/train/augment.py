@@ -18,6 +18,22 @@ Policies:
 from keras_largebatch._shared import require
 
 POLICIES = ("none", "light", "crop_flip")
+# Each policy's stages: (name, parameter), the same in `augment_numpy`.
+STAGES = {
+    "light": (("translate", 0.1), ("zoom", 0.1)),
+    "crop_flip": (("crop", 0.875), ("flip", None)),
+}
+
+
+def stages(policy, makers):
+    """`[(name, fn)]` of `policy` from `makers` {name: parameter -> fn};
+    None for `none`."""
+    require(policy in POLICIES, "augment", policy,
+            f"one of auto, {', '.join(POLICIES)}")
+    if policy == "none":
+        return None
+    return [(name, makers[name](parameter))
+            for name, parameter in STAGES[policy]]
 
 
 def policy_for(augment, dataset):
@@ -59,15 +75,9 @@ class Augmenter:
 
 def build(policy, image_size, seed=0):
     """Returns an `Augmenter` for batched images, or None."""
-    require(policy in POLICIES, "augment", policy,
-            f"one of auto, {', '.join(POLICIES)}")
-    if policy == "none":
-        return None
-    if policy == "light":
-        stages = [("translate", _translate(0.1)), ("zoom", _zoom(0.1))]
-    else:
-        stages = [("crop", _crop(0.875)), ("flip", _flip)]
-    return Augmenter(stages, seed)
+    found = stages(policy, {"translate": _translate, "zoom": _zoom,
+                            "crop": _crop, "flip": lambda _: _flip})
+    return None if found is None else Augmenter(found, seed)
 
 
 def _uniform(shape, seed, low, high):

@@ -17,8 +17,7 @@ the whole global batch and each process applies its rows (`rows`).
 
 import numpy as np
 
-from keras_largebatch._shared import require
-from keras_largebatch.train.augment import POLICIES
+from keras_largebatch.train.augment import stages
 
 
 class NumpyAugmenter:
@@ -49,15 +48,9 @@ class NumpyAugmenter:
 
 def build(policy, seed=0):
     """Returns a `NumpyAugmenter` for `policy` (see module doc), or None."""
-    require(policy in POLICIES, "augment", policy,
-            f"one of auto, {', '.join(POLICIES)}")
-    if policy == "none":
-        return None
-    if policy == "light":
-        stages = [("translate", _translate(0.1)), ("zoom", _zoom(0.1))]
-    else:
-        stages = [("crop", _crop(0.875)), ("flip", _flip)]
-    return NumpyAugmenter(stages, seed)
+    found = stages(policy, {"translate": _translate, "zoom": _zoom,
+                            "crop": _crop, "flip": lambda _: _flip})
+    return None if found is None else NumpyAugmenter(found, seed)
 
 
 def _uniform(rng, rows, low, high, width=1):

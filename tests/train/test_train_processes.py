@@ -19,27 +19,8 @@ ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",
         "--steps_per_epoch=3", "--epochs=3", "--augment=crop_flip",
         "--image_size=67", "--warmup_epochs=0.5", "--verbose=2",
         "--collective_timeout_seconds=20"]
-# `small_model` from conftest; KILL_AT_EPOCH_STEP ends the process there.
-_SCRIPT = f"""
-import os, sys
-sys.path.insert(0, {HERE!r})
-import keras
-from conftest import small_model
-from keras_largebatch.train import main, recipe
-recipe.build_model = small_model
-if os.environ.get("KILL_AT_EPOCH_STEP"):
-    epoch_at, step_at = map(int, os.environ["KILL_AT_EPOCH_STEP"].split(","))
-    class Kill(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-        def on_train_batch_end(self, batch, logs=None):
-            if (self.epoch, batch) == (epoch_at, step_at):
-                os._exit(9)
-    fit = keras.Model.fit
-    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
-        self, *a, callbacks=[*callbacks, Kill()], **k)
-main.run()
-"""
+# The command with conftest's `small_model`; KILL_AT_EPOCH_STEP ends it.
+SCRIPT = os.path.join(HERE, "small_command.py")
 
 
 def _jax_job(model_dir, processes, devices, kill=None, extra=()):
@@ -58,7 +39,7 @@ def _jax_job(model_dir, processes, devices, kill=None, extra=()):
         if kill and kill[0] == index:
             env["KILL_AT_EPOCH_STEP"] = kill[1]
         procs.append(subprocess.Popen(
-            [sys.executable, "-c", _SCRIPT, "--distribution=data_parallel",
+            [sys.executable, SCRIPT, "--distribution=data_parallel",
              *ARGS, *extra, f"--model_dir={model_dir}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True))
@@ -125,7 +106,7 @@ def test_bad_process_set_up_exits_2_with_one_line(env, message, tmp_path):
     port = localhost.free_ports(1)[0]  # Nobody listens there.
     env = {k: v.format(port=port) for k, v in env.items()}
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, "--distribution=data_parallel",
+        [sys.executable, SCRIPT, "--distribution=data_parallel",
          *ARGS, "--collective_timeout_seconds=3",
          f"--model_dir={tmp_path}/run"],
         env=dict(os.environ, KERAS_BACKEND="jax", **env),
@@ -140,7 +121,7 @@ def test_bad_process_set_up_exits_2_with_one_line(env, message, tmp_path):
 def test_a_killed_tensorflow_worker_ends_its_peer_with_one_line(tmp_path):
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     env.pop("TF_CONFIG", None)
-    command = [sys.executable, "-c", _SCRIPT, "--distribution=multi_worker",
+    command = [sys.executable, SCRIPT, "--distribution=multi_worker",
                *ARGS, f"--model_dir={tmp_path}/run"]
     logs = [tmp_path / f"worker_{i}.log" for i in range(2)]
     procs = localhost.start([command, command], logs=logs, env=env)

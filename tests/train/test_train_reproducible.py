@@ -97,26 +97,6 @@ def test_data_of_an_epoch_depends_on_seed_and_epoch_only():
     assert not np.array_equal(full[0], full[3])
 
 
-_SCRIPT = """
-import os, sys
-sys.path.insert(0, {here!r})
-import keras
-from conftest import small_model
-from keras_largebatch.train import main, recipe
-recipe.build_model = small_model
-if os.environ.get("KILL_AT_EPOCH_STEP"):
-    epoch_at, step_at = map(int, os.environ["KILL_AT_EPOCH_STEP"].split(","))
-    class Kill(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-        def on_train_batch_end(self, batch, logs=None):
-            if (self.epoch, batch) == (epoch_at, step_at):
-                os._exit(9)
-    fit = keras.Model.fit
-    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
-        self, *a, callbacks=[*callbacks, Kill()], **k)
-sys.exit(main.main(["keras-largebatch-train", *sys.argv[1:]]))
-"""
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's flag")
@@ -125,7 +105,7 @@ def test_tensorflow_runs_are_identical_under_deterministic(tmp_path):
     import subprocess
     import sys
 
-    script = _SCRIPT.format(here=os.path.dirname(__file__))
+    script = os.path.join(os.path.dirname(__file__), "small_command.py")
 
     def run(model_dir, kill=None):
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
@@ -133,7 +113,7 @@ def test_tensorflow_runs_are_identical_under_deterministic(tmp_path):
         if kill:
             env["KILL_AT_EPOCH_STEP"] = kill
         return subprocess.run(
-            [sys.executable, "-c", script, *ARGS,
+            [sys.executable, script, *ARGS,
              f"--model_dir={model_dir}"],
             env=env, capture_output=True, text=True, timeout=300)
 
