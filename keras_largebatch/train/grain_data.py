@@ -5,7 +5,7 @@ Element `i` of the training dataset is batch `step = i % steps` of epoch
 `epoch = i // steps` (from `initial_epoch` on), computed from nothing but
 `(seed, epoch, step)`:
 
-    order of pass p of epoch e:   permutation(SeedSequence(epoch_seed(seed, e, p)))
+    order of pass p of epoch e:   default_rng(epoch_seed(seed, e, p)).permutation
     batch s of epoch e:           positions [s * B, (s + 1) * B) of e's passes
     augmentation of batch s:      NumpyAugmenter(seed)(x, e, s)
 
