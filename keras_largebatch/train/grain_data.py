@@ -65,9 +65,7 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
         start = step * global_batch_size
         stop = min(start + global_batch_size, passes * n)
         positions = np.arange(start, stop)[rows]
-        order = np.concatenate([_permutation(n, seed, epoch, p)
-                                for p in range(passes)])
-        x, y = read_train(order[positions])
+        x, y = read_train(_order(n, seed, epoch, passes)[positions])
         if augmenter is not None:
             x = augmenter(x, epoch, step,
                           slice(rows.start, rows.start + len(positions)))
@@ -77,7 +75,7 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
         start = index * global_batch_size
         positions = np.arange(start, min(start + global_batch_size,
                                          spec.num_validation))
-        x, y = read_val(positions[rows] if process_count > 1 else positions)
+        x, y = read_val(positions[rows])
         return scale(x), y
 
     val_batches = (spec.num_validation // global_batch_size if drop_remainder
@@ -90,10 +88,13 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
             val.map(val_batch).to_iter_dataset(options))
 
 
-@functools.lru_cache(maxsize=8)
-def _permutation(n, seed, epoch, data_pass):
-    return np.random.default_rng(
-        epoch_seed(seed, epoch, data_pass)).permutation(n)
+@functools.lru_cache(maxsize=4)
+def _order(n, seed, epoch, passes):
+    """The example order of `epoch`: its passes' permutations, in turn
+    (computed once per epoch, not per batch)."""
+    return np.concatenate([
+        np.random.default_rng(epoch_seed(seed, epoch, p)).permutation(n)
+        for p in range(passes)])
 
 
 def _readers(spec):
