@@ -35,8 +35,9 @@ SUPERVISED = "KERAS_LARGEBATCH_SUPERVISED"
 
 
 def cluster():
-    """(addresses, num_processes, process_id) from Keras' variables; one
-    process when they are unset. Raises `ValueError` naming a bad one."""
+    """(coordinator host:port, num_processes, process_id) from Keras'
+    variables; (None, 1, 0) when they are unset. Raises `ValueError`
+    naming a bad one."""
     raw = {name: os.environ.get(f"KERAS_DISTRIBUTION_{name}")
            for name in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID")}
     if raw["NUM_PROCESSES"] in (None, "", "1") and not raw["JOB_ADDRESSES"]:
