@@ -201,7 +201,9 @@ class GradientNoiseScale(keras.callbacks.Callback):
         k = optimizer.gradient_accumulation_steps
 
         def hook(apply):
-            def wrapped(grads, trainable_variables=None):
+            # `**kwargs`: a mixed wrapper's `gradient_step`; under
+            # accumulation it hands unscaled gradients.
+            def wrapped(grads, trainable_variables=None, **kwargs):
                 variables = trainable_variables or \
                     optimizer._trainable_variables
                 # Keras 3's accumulators and raw counter (of micro-batches).
@@ -223,7 +225,7 @@ class GradientNoiseScale(keras.callbacks.Callback):
                 small = ops.add(small_sum.value, small)
                 small_sum.assign(ops.where(update, 0.0, small))
                 self._update(small / k, big, k, self.batch_size, update)
-                return apply(grads, trainable_variables)
+                return apply(grads, trainable_variables, **kwargs)
 
             return wrapped
 

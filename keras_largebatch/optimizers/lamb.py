@@ -62,8 +62,6 @@ class LAMB(layerwise.LayerwiseOptimizer):
           Training BERT in 76 minutes", arXiv:1904.00962.
     """
 
-    _torch_module = "keras_largebatch.optimizers.torch_lamb"
-
     def __init__(
         self,
         learning_rate,
@@ -104,16 +102,16 @@ class LAMB(layerwise.LayerwiseOptimizer):
         return 1.0 - ops.power(self.beta_1, t), 1.0 - ops.power(self.beta_2, t)
 
     def update_step(self, gradient, variable, learning_rate):
-        updatable, decayed, adapted = self.flags(variable)
-        if not updatable:
+        rule = self.rule_for(variable)
+        if not rule.updated:
             return
         w = ops.cast(variable, "float32")
         g = ops.cast(layerwise.densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
         index = self._get_variable_index(variable)
         m, v = self.momentums[index], self.velocities[index]
-        if self._gradient_scale is not None:  # 1 / loss_scale
-            g = ops.multiply(g, self._gradient_scale)
+        if not self.gradient_step.unscaled:
+            g = ops.multiply(g, self.gradient_step.inverse_scale)
         # In place, as Keras' Adam: m += (1 - beta_1) * (g - m), and so v.
         self.assign_add(m, ops.multiply(ops.subtract(g, m), 1.0 - self.beta_1))
         self.assign_add(
@@ -128,9 +126,9 @@ class LAMB(layerwise.LayerwiseOptimizer):
             ops.multiply(m, root_2 / correction_1),
             ops.add(ops.sqrt(v), self.epsilon * root_2),
         )
-        if decayed:
+        if rule.decayed:
             r = ops.add(r, ops.multiply(w, self.weight_decay))
-        if adapted:
+        if rule.adapted:
             w_norm, r_norm = layerwise.norm(w), layerwise.norm(r)
             valid = ops.logical_and(w_norm > 0, r_norm > 0)
             trust = layerwise.trust_ratio(w_norm, r_norm, valid)

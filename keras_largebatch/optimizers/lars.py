@@ -58,8 +58,6 @@ class LARS(layerwise.LayerwiseOptimizer):
           arXiv:1807.11205.
     """
 
-    _torch_module = "keras_largebatch.optimizers.torch_lars"
-
     def __init__(
         self,
         learning_rate,
@@ -99,24 +97,17 @@ class LARS(layerwise.LayerwiseOptimizer):
             self.momentums = [self.add_slot(s, "momentum") for s in sources]
 
     def update_step(self, gradient, variable, learning_rate):
-        updatable, decayed, adapted = self.flags(variable)
-        if not updatable:
+        rule = self.rule_for(variable)
+        if not rule.updated:
             return
-        fused_tf = (
-            self.use_fused_path
-            and keras.backend.backend() == "tensorflow"
-            and keras.backend.standardize_dtype(variable.dtype) == "float32"
-        )
         w = ops.cast(variable, "float32")
         g = ops.cast(layerwise.densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
-        wd = self.weight_decay if decayed else 0.0
-        g_scale = self._gradient_scale  # 1 / loss_scale, folded in
-        if adapted:
+        wd = self.weight_decay if rule.decayed else 0.0
+        g_scale = self.gradient_step.inverse_scale  # None: g is unscaled
+        if rule.adapted:
             w_norm = layerwise.norm(w)
-            known = layerwise.known_squared_norm(
-                self._known_squared_norms, gradient
-            )
+            known = self.known_squared_norm(variable)
             g_norm = layerwise.norm(g) if known is None else ops.sqrt(known)
             if g_scale is not None:
                 g_norm = g_norm * g_scale
@@ -130,7 +121,7 @@ class LARS(layerwise.LayerwiseOptimizer):
         velocity = None
         if self.momentum:
             velocity = self.momentums[self._get_variable_index(variable)]
-        if fused_tf:
+        if self.use_fused_path and _tensorflow_float32(variable):
             from keras_largebatch.optimizers import tf_lars
 
             tf_lars.apply_step(
@@ -157,3 +148,11 @@ class LARS(layerwise.LayerwiseOptimizer):
             }
         )
         return config
+
+
+def _tensorflow_float32(variable):
+    """Whether the last part of the update runs in `tf_lars`'s kernel."""
+    return (
+        keras.backend.backend() == "tensorflow"
+        and keras.backend.standardize_dtype(variable.dtype) == "float32"
+    )

@@ -1,6 +1,7 @@
 """What LARS and LAMB share: which variables are decayed and adapted, float32
-slots named from the variable's path, coupled weight decay and the
-backend's fused path (the argument checks are `keras_largebatch._shared`'s).
+slots named from the variable's path, coupled weight decay, the per-step
+values a mixed-precision wrapper hands the rule, and the backend's fused
+path (the argument checks are `keras_largebatch._shared`'s).
 
 `decayed(w)` and `adapted(w)` are decided once, at `build`, from the Keras
 variable (`keras_largebatch.decay`): kernels only, minus the variables whose
@@ -8,7 +9,12 @@ variable (`keras_largebatch.decay`): kernels only, minus the variables whose
 minus Keras' own `exclude_from_weight_decay(var_list=..., var_names=...)`.
 """
 
+import contextlib
+import dataclasses
 import functools
+import types
+from typing import Any
+from typing import Mapping
 
 import keras
 from keras import ops
@@ -17,11 +23,87 @@ from keras_largebatch import decay
 from keras_largebatch._shared import check_number
 
 
+@dataclasses.dataclass(frozen=True)
+class VariableRule:
+    """How the layer-wise rule treats one variable, decided at `build`.
+
+    Attributes:
+        updated: a trainable float variable (others are left alone).
+        decayed: gets the coupled weight decay.
+        adapted: gets a layer-wise trust ratio (otherwise 1).
+    """
+
+    updated: bool
+    decayed: bool
+    adapted: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientStep:
+    """What a mixed-precision wrapper hands the rule with one step's gradients.
+
+    Attributes:
+        inverse_scale: `1 / loss_scale` when the gradients arrive multiplied
+            by the loss scale (the rule multiplies it into its own scaling of
+            each gradient: no separate pass), `None` when they arrive
+            unscaled.
+        squared_norms: `sum(g ** 2)` of each gradient as it arrives, keyed by
+            the rule's key of the variable it updates (the wrapper took them
+            in its finiteness check; LARS takes its gradient norms from them
+            rather than read each gradient again). A variable absent here has
+            its norm computed by the rule.
+        reduced: the gradients are already summed across replicas (under
+            `tf.distribute`, the wrapper sums them while loss-scaled), so the
+            rule does not all-reduce them again.
+    """
+
+    inverse_scale: Any = None
+    squared_norms: Mapping = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({})
+    )
+    reduced: bool = False
+
+    @property
+    def unscaled(self):
+        """Whether the gradients arrive unscaled."""
+        return self.inverse_scale is None
+
+
+_PLAIN_STEP = GradientStep()
+
+
+class _StepInProgress:
+    """The `GradientStep` of a rule's `apply` in progress, for its
+    `update_step`, whose Keras signature `(gradient, variable,
+    learning_rate)` has no argument for it.
+
+    Not thread-local: under `tf.distribute` the updates may run on another
+    thread than `apply` (`merge_call`). Replica threads of one step may
+    overlap; the last one out restores the plain step.
+    """
+
+    def __init__(self):
+        self.step = _PLAIN_STEP
+
+    @contextlib.contextmanager
+    def holding(self, step):
+        self.step = step
+        try:
+            yield
+        finally:
+            if self.step is step:
+                self.step = _PLAIN_STEP
+
+
 class LayerwiseOptimizer(keras.optimizers.Optimizer):
     """Base of `LARS` and `LAMB`; subclasses define `_build_slots` and
-    `update_step`, and may name a fused torch module in `_torch_module`."""
+    `update_step`.
 
-    _torch_module = None
+    `apply` takes, besides Keras' arguments, the `GradientStep` a
+    mixed-precision wrapper computed for these gradients; `update_step`
+    reads it as `self.gradient_step`. A backend's fused update of the whole
+    step, where there is one, is looked up by `fused_update_step`.
+    """
 
     def __init__(
         self,
@@ -51,38 +133,53 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         self.exclude_from_layer_adaptation_patterns = _as_list(
             exclude_from_layer_adaptation
         )
-
-    _gradient_scale = None
-    """Set by the mixed optimizers for one step: `1 / loss_scale`, which
-    `update_step` folds into its own multiplications by the gradient."""
-
-    _known_squared_norms = None
-    """Set by the mixed optimizers for one step: the gradients' squared
-    norms from the finiteness check, `{id(g): (g, sum(g ** 2))}` (LARS
-    reuses them as its gradient norms instead of reading each gradient
-    again); read with `known_squared_norm`."""
+        self._in_progress = _StepInProgress()
 
     use_fused_path = True
-    """Use the backend's fused kernels where there are some.
+    """Use the backend's fused update where there is one.
 
-    Chosen by backend, not by exact class, so subclasses keep it; tests set
-    it to False to check the fused paths against the generic one."""
+    Looked up through the class's ancestors, so subclasses keep it; tests
+    set it to False to check the fused paths against the generic one."""
+
+    @property
+    def gradient_step(self):
+        """The `GradientStep` of the `apply` in progress (a plain one, with
+        unscaled gradients and no known norms, outside a wrapper's call)."""
+        return self._in_progress.step
+
+    def apply(self, grads, trainable_variables=None, gradient_step=None):
+        """Keras' `apply`, given what a mixed-precision wrapper computed.
+
+        Args:
+            grads, trainable_variables: As `keras.optimizers.Optimizer.apply`.
+            gradient_step: Optional `GradientStep`: the inverse loss scale
+                still in `grads`, their squared norms, whether they are
+                already summed across replicas. Held for this call only
+                (Keras' `update_step(gradient, variable, learning_rate)` has
+                no argument for it).
+        """
+        if gradient_step is None:
+            return super().apply(grads, trainable_variables)
+        with self._in_progress.holding(gradient_step):
+            return super().apply(grads, trainable_variables)
 
     def build(self, variables):
         self._build_for(variables, variables)
 
     def _build_for(self, variables, sources):
         """Builds state for `variables`, which stand for the Keras `sources`
-        (themselves, or the float32 masters of a mixed optimizer): flags and
+        (themselves, or the float32 masters of a mixed optimizer): rules and
         slot names come from the sources."""
         if self.built:
             return
         super().build(variables)
         # Keyed like the optimizer's slots: the TensorFlow backend hands
         # `update_step` the raw tf.Variable, which has no Keras `path`.
-        self._flags = {
-            self._var_key(v): (
-                _is_updatable(s), self.is_decayed(s), self.is_adapted(s)
+        self._rules = {
+            self._var_key(v): VariableRule(
+                updated=_is_updatable(s),
+                decayed=self.is_decayed(s),
+                adapted=self.is_adapted(s),
             )
             for v, s in zip(variables, sources)
         }
@@ -104,9 +201,14 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             name=f"{prefix}_{name}",
         )
 
-    def flags(self, variable):
-        """(updatable, decayed, adapted) of a built variable."""
-        return self._flags[self._var_key(variable)]
+    def rule_for(self, variable):
+        """The `VariableRule` of a built variable."""
+        return self._rules[self._var_key(variable)]
+
+    def known_squared_norm(self, variable):
+        """`sum(g ** 2)` of `variable`'s gradient in this step, scaled like
+        the gradient, as the wrapper handed it; None if it did not."""
+        return self.gradient_step.squared_norms.get(self._var_key(variable))
 
     def is_decayed(self, variable):
         """Whether the Keras `variable` gets weight decay."""
@@ -127,17 +229,21 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         # Weight decay is coupled into the update in `update_step`.
         return
 
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        torch = keras.backend.backend() == "torch"
-        if torch and self.use_fused_path and self._torch_module:
-            import importlib
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # Keras' TensorFlow optimizers sum gradients across replicas here;
+        # a mixed wrapper has summed them already (loss-scaled).
+        if self.gradient_step.reduced:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
 
-            module = importlib.import_module(self._torch_module)
-            module.update_step(self, grads, trainable_variables, learning_rate)
-        else:
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        fused = fused_update_step(self) if self.use_fused_path else None
+        if fused is None:
             super()._backend_update_step(
                 grads, trainable_variables, learning_rate
             )
+        else:
+            fused(self, grads, trainable_variables, learning_rate)
 
     def get_config(self):
         config = super().get_config()
@@ -155,11 +261,36 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         return config
 
 
-def known_squared_norm(known, tensor):
-    """The squared norm the finiteness check took of this very tensor (the
-    entry holds the tensor, so its id cannot be reused), else None."""
-    entry = (known or {}).get(id(tensor))
-    return entry[1] if entry is not None and entry[0] is tensor else None
+def _torch_fused_modules():
+    from keras_largebatch.optimizers import torch_lamb
+    from keras_largebatch.optimizers import torch_lars
+    from keras_largebatch.optimizers.lamb import LAMB
+    from keras_largebatch.optimizers.lars import LARS
+
+    return {LARS: torch_lars, LAMB: torch_lamb}
+
+
+# Keras picks a backend's optimizer subclass by class
+# (`TorchOptimizer.__new__`); here each backend maps rule classes to the
+# module of their fused update, loaded on first use (it imports the
+# backend's framework).
+_FUSED_MODULES = {"torch": _torch_fused_modules}
+
+
+@functools.cache
+def _fused_modules(backend):
+    return _FUSED_MODULES.get(backend, dict)()
+
+
+def fused_update_step(optimizer):
+    """The current backend's fused update for `optimizer`'s rule (its class
+    or the nearest ancestor with one), `update_step(optimizer, grads,
+    variables, learning_rate)`, or None."""
+    modules = _fused_modules(keras.backend.backend())
+    for cls in type(optimizer).__mro__:
+        if cls in modules:
+            return modules[cls].update_step
+    return None
 
 
 def norm(x):
@@ -172,11 +303,10 @@ def squared_norm(x):
     - TensorFlow without XLA: the `L2Loss` kernel (the generic ops would
       materialise `x ** 2` first).
     - TensorFlow's XLA on a CPU compiles a reduction into a slow scalar
-      loop (ResNet-50's 214 gradients: 83 ms, against 12 ms for `L2Loss`).
-      There the sum is the trace of `Xᵀ X` for `x` viewed as an `[n/8, 8]`
-      matrix `X`, a matrix product XLA hands to its vectorised, threaded
-      GEMM (16 ms; a dot product of `x` with itself, used for sizes not
-      divisible by 8, 26 ms).
+      loop. There the sum is the trace of `Xᵀ X` for `x` viewed as an
+      `[n/8, 8]` matrix `X`, a matrix product XLA hands to its vectorised,
+      threaded GEMM (a dot product of `x` with itself for sizes not
+      divisible by 8); docs/benchmarks.md has the timings.
     - Otherwise the reduction: XLA on a GPU fuses it, JAX's XLA:CPU
       compiles it well, torch's fused paths have their own
       (`torch_foreach.squared_norms`).
@@ -185,7 +315,9 @@ def squared_norm(x):
         return ops.sum(ops.square(x))
     import tensorflow as tf
 
-    if not _in_xla_context():
+    from keras_largebatch import _tf_internals
+
+    if not _tf_internals.in_xla_context():
         return 2.0 * tf.nn.l2_loss(x)
     if _on_accelerator():
         return tf.reduce_sum(tf.square(x))
@@ -195,15 +327,6 @@ def squared_norm(x):
         columns = tf.reshape(flat, [-1, 8])
         return tf.linalg.trace(tf.matmul(columns, columns, transpose_a=True))
     return tf.tensordot(flat, flat, 1)
-
-
-def _in_xla_context():
-    """Whether TensorFlow is tracing for XLA (`jit_compile=True`)."""
-    import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util
-
-    graph = tf.compat.v1.get_default_graph()
-    return control_flow_util.GraphOrParentsInXlaContext(graph)
 
 
 @functools.cache

@@ -12,30 +12,36 @@ else:
     w = cast(master, w.dtype)         # float16 / bfloat16 variables
 ```
 
-The unscaling is folded into the rule's own pass over the gradient (the
-inner optimizer multiplies by `1 / loss_scale` where it scales anyway), so
-the only extra pass is the finiteness check, one read of each gradient (its
-sum of squares, which LARS reuses as its gradient norms).
-Where the inner optimizer clips or accumulates gradients, those need
-unscaled values: the gradients are unscaled first (on torch in place, in
-one pass with the check, as `torch.amp.GradScaler` does).
+The finiteness check reads each gradient once, as its sum of squares. The
+rule then gets the gradients still loss-scaled, with a
+`layerwise.GradientStep` holding `1 / loss_scale` (which it multiplies into
+its own scaling of each gradient) and those sums (LARS's gradient norms), so
+the check is the only extra pass. Where the rule clips or accumulates
+gradients, those need unscaled values: the gradients are unscaled first (on
+torch in place, in one pass with the check, as `torch.amp.GradScaler` does).
 """
 
 import keras
 from keras import ops
 
 from keras_largebatch import decay
-from keras_largebatch.optimizers import layerwise
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
+from keras_largebatch.optimizers import layerwise
 
 _LOW_PRECISION = ("float16", "bfloat16")
 
 
 class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
     """Base of `LARSMixed` and `LAMBMixed`: `inner_class(**inner_kwargs)`
-    is the rule, applied to float32 masters on unscaled gradients."""
+    is the rule, applied to float32 masters on unscaled gradients.
+
+    Of Keras' `LossScaleOptimizer` it keeps the constructor, the loss-scale
+    state (`dynamic_scale`, `step_counter`), `scale_loss` and the
+    properties, and overrides public methods only: `build`, `apply`,
+    `stateless_apply`, `check_finite`, saving and the config.
+    """
 
     def __init__(
         self,
@@ -87,16 +93,16 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         keras.optimizers.Optimizer.build(self, var_list)
 
     def save_own_variables(self, store):
-        # Keras' LossScaleOptimizer lists the inner optimizer's variables in
-        # its own `variables` and saves them, and the saver stores them again
-        # under `inner_optimizer/`: the momentum twice. Only the loss-scale
-        # state and the masters are this optimizer's own.
+        # `variables` lists the inner optimizer's too, which the saver
+        # stores under `inner_optimizer/`: only the loss-scale state and the
+        # masters are this optimizer's own.
         for i, variable in enumerate(self._variables):
             store[str(i)] = keras.ops.convert_to_numpy(variable)
 
     def load_own_variables(self, store):
-        # Files written before the fix hold the inner variables here too,
-        # after this optimizer's own: those are read from `inner_optimizer/`.
+        # A store may also hold the inner optimizer's variables after this
+        # one's, as `LossScaleOptimizer` saves them: those are read from
+        # `inner_optimizer/`.
         if len(store.keys()) not in (
             len(self._variables), len(self.variables)
         ):
@@ -119,21 +125,172 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             or inner.gradient_accumulation_steps
         )
 
-    def _stateful_handle_finite_grads(self, grads, trainable_variables):
-        variables = trainable_variables or self._trainable_variables
+    def apply(self, grads, trainable_variables=None):
+        """One step: the rule on the masters if every gradient is finite,
+        else no update and half the loss scale."""
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        variables = list(trainable_variables or self._trainable_variables)
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            self._apply_tensorflow(grads, variables)
+        elif backend == "torch":
+            self._apply_torch(grads, variables)
+        else:
+            finite, squares = self._finite_and_squares(grads)
+            if _is_traced(finite):
+                ops.cond(
+                    finite,
+                    lambda: self._apply_finite(grads, variables, squares),
+                    self._skip,
+                )
+            elif bool(finite):  # Eager: the tracing `cond` would leak.
+                self._apply_finite(grads, variables, squares)
+            else:
+                self._skip()
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        """`apply` as a pure function of the state (JAX's trainer)."""
+        if not self.built:
+            raise ValueError(
+                f"To call `stateless_apply`, {type(self).__name__} must be "
+                "built (i.e. its variables must have been created). You can "
+                "build it via `optimizer.build(trainable_variables)`."
+            )
+        finite, squares = self._finite_and_squares(grads)
+        mapping = list(zip(self._trainable_variables, trainable_variables))
+        mapping += list(zip(self.variables, optimizer_variables))
+
+        def stateless(step):
+            with keras.StatelessScope(state_mapping=mapping) as scope:
+                step()
+            return (
+                [scope.get_current_value(v) for v in self._trainable_variables],
+                [scope.get_current_value(v) for v in self.variables],
+            )
+
+        return ops.cond(
+            finite,
+            lambda: stateless(lambda: self._apply_finite(
+                grads, self._trainable_variables, squares
+            )),
+            lambda: stateless(self._skip),
+        )
+
+    def _apply_tensorflow(self, grads, variables):
+        import tensorflow as tf
+
+        from keras_largebatch import _tf_internals
+
+        if tf.distribute.in_cross_replica_context():
+            raise ValueError("apply() must be called in a replica context.")
+        grads = self.all_reduce_scaled_gradients(grads)
+        if _tf_internals.strategy_supports_no_merge_call():
+            finite, squares = self._finite_and_squares(grads)
+            ops.cond(
+                finite,
+                lambda: self._apply_finite(grads, variables, squares),
+                self._skip,
+            )
+            return
+
+        def cross_replica(distribution, grads, variables):
+            # The rule's update calls `merge_call`, which a `cond` branch
+            # may do only from the cross-replica context. Every replica
+            # checks the same reduced sums: the first one's answer holds.
+            finite, squares = distribution.extended.call_for_each_replica(
+                self._finite_and_squares, args=(grads,)
+            )
+            finite = distribution.experimental_local_results(finite)[0]
+            ops.cond(
+                finite,
+                lambda: distribution.extended.call_for_each_replica(
+                    self._apply_finite, args=(grads, variables, squares)
+                ),
+                self._skip,
+            )
+
+        tf.distribute.get_replica_context().merge_call(
+            cross_replica, args=(grads, variables)
+        )
+
+    def _apply_torch(self, grads, variables):
+        from keras_largebatch.optimizers import torch_foreach
+
+        grads = [
+            None if g is None else ops.cast(g, "float32") for g in grads
+        ]
+        if self._folds_unscaling():
+            finite, squares = self._finite_and_squares(grads)
+            unscaled = False
+        else:
+            inverse = 1.0 / self.dynamic_scale.value
+            finite = torch_foreach.unscale_and_check(grads, inverse)
+            squares, unscaled = None, True
+        if bool(finite):
+            self._apply_finite(grads, variables, squares, unscaled)
+        else:
+            self._skip()
+
+    def _finite_and_squares(self, grads):
+        """`(finite, squares)`: whether every gradient is finite, and each
+        one's `sum(float32(g) ** 2)` (None for a missing gradient), from
+        one read of each. LARS takes its gradient norms from the squares
+        rather than read each gradient again (on JAX, XLA would merge the
+        two reads anyway; TensorFlow and torch do not)."""
+        if keras.backend.backend() == "torch":
+            from keras_largebatch.optimizers import torch_foreach
+
+            return torch_foreach.check_finite(grads)
+        squares = [
+            None if g is None else layerwise.squared_norm(ops.cast(g, "float32"))
+            for g in grads
+        ]
+        present = [s for s in squares if s is not None]
+        finite = (
+            ops.isfinite(ops.sum(ops.stack(present)))
+            if present else ops.convert_to_tensor(True)
+        )
+        return finite, squares
+
+    def check_finite(self, grads):
+        """Whether every gradient is finite, from each one's sum of
+        squares."""
+        return self._finite_and_squares(grads)[0]
+
+    def _apply_finite(self, grads, variables, squares=None, unscaled=False):
+        """The rule on the masters of `variables`, then the scale doubles
+        after `dynamic_growth_steps` finite steps.
+
+        `squares` are the squared norms `_finite_and_squares` returned;
+        `unscaled` says the gradients were unscaled in place already.
+        """
         inverse = ops.divide(1.0, self.dynamic_scale.value)
-        if self._grads_unscaled:
-            pass
+        targets = [self._target(v) for v in variables]
+        # Under tf.distribute the loss-scaled gradients were summed first.
+        reduced = keras.backend.backend() == "tensorflow"
+        if unscaled:
+            step = layerwise.GradientStep(reduced=reduced)
         elif self._folds_unscaling():
-            self.inner_optimizer._gradient_scale = inverse
+            step = layerwise.GradientStep(
+                inverse_scale=inverse,
+                # `_var_key` is the rule's key of a variable too.
+                squared_norms={
+                    self._var_key(t): s
+                    for t, s in zip(targets, squares or ())
+                    if s is not None
+                },
+                reduced=reduced,
+            )
         else:
             grads = [
-                g
-                if g is None or self._overwrite_variable_with_gradient(v)
+                g if g is None or _overwrites_with_gradient(v)
                 else ops.multiply(ops.cast(g, "float32"), inverse)
                 for g, v in zip(grads, variables)
             ]
-        targets = [self._target(v) for v in variables]
+            step = layerwise.GradientStep(reduced=reduced)
         for v, master in zip(variables, targets):
             if master is not v:
                 # Re-sync a master whose variable was set from outside.
@@ -145,16 +302,11 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
                         ops.cast(w, "float32"),
                     )
                 )
-        try:
-            self.inner_optimizer.apply(grads, trainable_variables=targets)
-        finally:
-            self.inner_optimizer._gradient_scale = None
-            self.inner_optimizer._known_squared_norms = None
+        self.inner_optimizer.apply(grads, targets, gradient_step=step)
         for v, master in zip(variables, targets):
             if master is not v:
                 v.assign(ops.cast(master, v.dtype))
-        # Grow the scale after `dynamic_growth_steps` finite steps. No cond:
-        # branches that assign cannot be traced statelessly (JAX).
+        # No cond: branches that assign cannot be traced statelessly (JAX).
         counter, scale = self.step_counter.value, self.dynamic_scale.value
         grow = ops.equal(counter, self.dynamic_growth_steps - 1)
         self.dynamic_scale.assign(ops.where(grow, scale * 2.0, scale))
@@ -162,89 +314,10 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             ops.where(grow, ops.zeros_like(counter), counter + 1)
         )
 
-    _grads_unscaled = False
-
-    def _common_apply(self, grads, trainable_variables=None):
-        backend = keras.backend.backend()
-        if backend == "torch":
-            return self._torch_apply(grads, trainable_variables)
-        if backend != "jax":
-            return super()._common_apply(grads, trainable_variables)
-        finite = self.check_finite(grads)
-        if not _is_traced(finite):
-            # Eager JAX: branch in Python (`ops.cond` would trace the
-            # stateful branches and leak tracers).
-            if bool(finite):
-                self._stateful_handle_finite_grads(grads, trainable_variables)
-            else:
-                self.inner_optimizer._known_squared_norms = None
-                self._stateful_handle_non_finite_grads()
-            return
-        super()._common_apply(grads, trainable_variables)
-
-    def _torch_apply(self, grads, trainable_variables):
-        from keras_largebatch.optimizers import torch_foreach
-
-        grads = [
-            None if g is None else ops.cast(g, "float32") for g in grads
-        ]
-        folds = self._folds_unscaling()
-        if folds:
-            finite = self.check_finite(grads)
-        else:
-            inverse = 1.0 / self.dynamic_scale.value
-            finite = torch_foreach.unscale_and_check(grads, inverse)
-        if not bool(finite):
-            self.inner_optimizer._known_squared_norms = None
-            self._stateful_handle_non_finite_grads()
-            return
-        self._grads_unscaled = not folds
-        try:
-            self._stateful_handle_finite_grads(grads, trainable_variables)
-        finally:
-            self._grads_unscaled = False
-
-    def check_finite(self, grads):
-        """All finite, from each gradient's sum of squares. The sums are
-        kept for this step, by tensor, as the inner rule's
-        `_known_squared_norms`: LARS takes its gradient norms from them
-        rather than read each gradient again (on JAX, XLA would merge the
-        two reads anyway; TensorFlow and torch do not)."""
-        if keras.backend.backend() == "torch":
-            from keras_largebatch.optimizers import torch_foreach
-
-            finite, known = torch_foreach.check_finite(grads)
-        else:
-            tensors = [g for g in grads if g is not None]
-            squares = [
-                layerwise.squared_norm(ops.cast(g, "float32")) for g in tensors
-            ]
-            known = {id(g): (g, s) for g, s in zip(tensors, squares)}
-            finite = (
-                ops.isfinite(ops.sum(ops.stack(squares)))
-                if squares else ops.convert_to_tensor(True)
-            )
-        self.inner_optimizer._known_squared_norms = known
-        return finite
-
-    def _stateless_handle_finite_grads(
-        self, optimizer_variables, grads, trainable_variables
-    ):
-        mapping = list(zip(self._trainable_variables, trainable_variables))
-        mapping += list(zip(self.variables, optimizer_variables))
-        with keras.StatelessScope(state_mapping=mapping) as scope:
-            self._stateful_handle_finite_grads(grads, None)
-        return (
-            [scope.get_current_value(v) for v in self._trainable_variables],
-            [scope.get_current_value(v) for v in self.variables],
-        )
-
-    def _tf_apply(self, grads, trainable_variables=None):
-        grads = self.all_reduce_scaled_gradients(grads)
-        # Keras' TensorFlow optimizers sum gradients across replicas in
-        # `_backend_update_step`: the inner one gets sums already.
-        self.inner_optimizer._all_reduce_sum_gradients = _already_reduced
-        super()._tf_apply(grads, trainable_variables)
+    def _skip(self):
+        """No update: half the loss scale, and the growth count restarts."""
+        self.step_counter.assign(0)
+        self.dynamic_scale.assign(ops.multiply(self.dynamic_scale, 0.5))
 
     def all_reduce_scaled_gradients(self, grads):
         """Sums loss-scaled gradients across replicas (TensorFlow).
@@ -265,10 +338,8 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         before the finiteness check, so no bucket waits for a flag computed
         from every gradient, and replicas agree on an overflow without an
         extra all-reduce: an overflow anywhere makes the sum non-finite
-        everywhere. The inner optimizer then applies the reduced gradients
-        without reducing them again (its `_all_reduce_sum_gradients` is
-        the identity). Subclasses with another inner rule inherit this
-        mechanism whole, through `_tf_apply`.
+        everywhere. The rule then applies the sums as they are (its
+        `GradientStep` says `reduced`).
 
         Returns `grads` unchanged outside a replica context or with one
         replica.
@@ -315,11 +386,15 @@ def _copy_of(variable):
     return initializer
 
 
-def _already_reduced(grads_and_vars):
-    return list(grads_and_vars)
+def _overwrites_with_gradient(variable):
+    """Keras' `overwrite_with_gradient` variables (float8 scales) take the
+    gradient as their new value: it is not unscaled."""
+    return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
 def _is_traced(x):
+    if keras.backend.backend() != "jax":
+        return False
     import jax
 
     return isinstance(x, jax.core.Tracer)

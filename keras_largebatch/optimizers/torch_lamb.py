@@ -16,15 +16,16 @@ through the per-variable path.
 import keras
 import torch
 
-from keras_largebatch.optimizers import lamb as lamb_module
 from keras_largebatch.optimizers import torch_foreach
 
 
 @torch.no_grad()
 def update_step(optimizer, grads, variables, learning_rate):
+    """`LAMB.update_step` for every variable of the step, `optimizer` a
+    `LAMB` (its `gradient_step` read as `LAMB.update_step` reads it)."""
     fused, others = torch_foreach.split(optimizer, grads, variables)
     for g, v in others:
-        lamb_module.LAMB.update_step(optimizer, g, v, learning_rate)
+        optimizer.update_step(g, v, learning_rate)
     if not fused:
         return
     grads = [g for g, _, _ in fused]
@@ -40,7 +41,7 @@ def update_step(optimizer, grads, variables, learning_rate):
         for c in optimizer.bias_corrections()
     )
 
-    inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
+    inverse = optimizer.gradient_step.inverse_scale  # None: unscaled
     inverse = 1.0 if inverse is None else float(inverse)
     torch._foreach_mul_(ms, optimizer.beta_1)
     torch._foreach_add_(ms, grads, alpha=(1.0 - optimizer.beta_1) * inverse)
@@ -54,14 +55,14 @@ def update_step(optimizer, grads, variables, learning_rate):
     torch._foreach_reciprocal_(r)
     torch._foreach_mul_(r, ms)
 
-    decayed = [i for i, (_, _, (_, d, _)) in enumerate(fused) if d]
+    decayed = [i for i, (_, _, rule) in enumerate(fused) if rule.decayed]
     if decayed:
         torch._foreach_add_(
             [r[i] for i in decayed],
             [weights[i] for i in decayed],
             alpha=optimizer.weight_decay,
         )
-    adapted = torch.tensor([a for _, _, (_, _, a) in fused], device=device)
+    adapted = torch.tensor([rule.adapted for _, _, rule in fused], device=device)
     w_norm, r_norm = torch_foreach.norms(weights), torch_foreach.norms(r)
     valid = adapted & (w_norm > 0) & (r_norm > 0)
     trust = torch.where(valid, w_norm / torch.where(valid, r_norm, 1.0), 1.0)

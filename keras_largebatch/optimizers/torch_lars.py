@@ -22,31 +22,34 @@ would need a host sync, so the `_foreach` passes stay.
 import keras
 import torch
 
-from keras_largebatch.optimizers import lars as lars_module
 from keras_largebatch.optimizers import torch_foreach
 
 
 @torch.no_grad()
 def update_step(optimizer, grads, variables, learning_rate):
+    """`LARS.update_step` for every variable of the step, `optimizer` a
+    `LARS` (its `gradient_step` read as `LARS.update_step` reads it)."""
     fused, others = torch_foreach.split(optimizer, grads, variables)
     for g, v in others:
-        lars_module.LARS.update_step(optimizer, g, v, learning_rate)
+        optimizer.update_step(g, v, learning_rate)
     if not fused:
         return
     grads = [g for g, _, _ in fused]
     keras_vars = [v for _, v, _ in fused]
-    flags = [flag for _, _, flag in fused]
+    rules = [rule for _, _, rule in fused]
     weights = [v.value for v in keras_vars]
     device = weights[0].device
 
-    decay_list = [optimizer.weight_decay if d else 0.0 for _, d, _ in flags]
+    decay_list = [optimizer.weight_decay if r.decayed else 0.0 for r in rules]
     decay = torch.tensor(decay_list, dtype=torch.float32, device=device)
-    adapted = torch.tensor([a for _, _, a in flags], device=device)
+    adapted = torch.tensor([r.adapted for r in rules], device=device)
     lr = keras.ops.convert_to_tensor(learning_rate, dtype="float32").to(device)
 
     w_norm = torch_foreach.norms(weights)
-    g_norm = torch_foreach.norms(grads, optimizer._known_squared_norms)
-    inverse = optimizer._gradient_scale  # 1 / loss_scale, folded in
+    g_norm = torch_foreach.norms(
+        grads, [optimizer.known_squared_norm(v) for v in keras_vars]
+    )
+    inverse = optimizer.gradient_step.inverse_scale  # None: unscaled
     if inverse is not None:
         inverse = keras.ops.convert_to_tensor(inverse).to(device)
         g_norm = g_norm * inverse
