@@ -73,21 +73,22 @@ def _resnet50_shapes():
 
 
 def worker_allreduce(args):
+    import dataclasses
+
     import numpy as np
     import tensorflow as tf
 
     from keras_largebatch.distribute import MultiWorkerMirroredStrategy
-    from keras_largebatch.distribute import compression
 
     strategy = MultiWorkerMirroredStrategy()
+    # TensorFlow's own CollectiveAllReduce, the baseline, is not public.
     from tensorflow.python.distribute import cross_device_ops as cdo
 
     ops = strategy.cross_device_ops
-    default = ops._fusion_threshold_bytes
+    defaults = ops.config
     tf_ops = cdo.CollectiveAllReduce(
-        strategy.extended.worker_devices, ops._group_size,
-        strategy.extended._communication_options,
-        strategy.extended._collective_keys,
+        strategy.extended.worker_devices, ops.group_size, ops.options,
+        ops.collective_keys,
     )
     device = strategy.extended.worker_devices[0]
     sum_ = tf.distribute.ReduceOp.SUM
@@ -106,14 +107,17 @@ def worker_allreduce(args):
         options = Options(bytes_per_pack=bytes_per_pack)
         return lambda: tf_ops._all_reduce(sum_, grads, 0, options)
 
-    def ours(compressor, threshold=default, density=None):
+    def ours(compression, threshold=defaults.fusion_threshold_bytes,
+             density=defaults.topk_density):
+        config = dataclasses.replace(
+            defaults, compression=compression,
+            fusion_threshold_bytes=threshold, topk_density=density,
+        )
+
         def run():
             # Read at trace time: set before each function is traced.
-            ops._compressor = compressor
-            ops._fusion_threshold_bytes = threshold
-            if density is not None:
-                ops._topk_density = density
-            return ops._all_reduce(sum_, grads, 0, Options())
+            ops.config = config
+            return ops.reduce_replica(sum_, grads, 0, Options(), True)
 
         return run
 
@@ -121,18 +125,17 @@ def worker_allreduce(args):
         "per tensor": tf_pack(1),
         "TF default": tf_pack(0),
         "TF 25 MB": tf_pack(25 * 10**6),
-        "ours f32": ours(compression.NoneCompressor),
-        "ours fp16": ours(compression.FP16Compressor),
-        "ours topk 1%": ours(compression.TopKCompressor, density=0.01),
-        "ours topk 0.1%": ours(compression.TopKCompressor, density=0.001),
+        "ours f32": ours(None),
+        "ours fp16": ours("fp16"),
+        "ours topk 1%": ours("topk", density=0.01),
+        "ours topk 0.1%": ours("topk", density=0.001),
         "flat buffer": lambda: tf_ops._launchers[0].all_reduce(flat),
     }
     for name in args["methods"]:
         words = name.split()
         if name not in fns and words[-1] == "MiB":
-            compressor = {"f32": compression.NoneCompressor,
-                          "fp16": compression.FP16Compressor}[words[1]]
-            fns[name] = ours(compressor, int(float(words[2]) * 2**20))
+            compression = {"f32": None, "fp16": "fp16"}[words[1]]
+            fns[name] = ours(compression, int(float(words[2]) * 2**20))
     barrier = tf.function(lambda: tf_ops._launchers[0].all_reduce(one))
     times = {}
     for name in args["methods"]:

@@ -1,8 +1,9 @@
 """Distributed training (TensorFlow backend).
 
 `MultiWorkerMirroredStrategy` is a drop-in `tf.distribute` strategy with
-fused, hierarchical and hybrid all-reduce and optional fp16 transport,
-under which Keras 3 `fit`, `evaluate` and `predict` run on many workers.
+fused, hierarchical and hybrid all-reduce, optional fp16 transport and
+top-k sparsification, under which Keras 3 `fit`, `evaluate` and `predict`
+run on many workers.
 `native_ops_available()` says whether the C++ pack/unpack ops loaded.
 The alpha-beta cost model is `keras_largebatch.distribute.cost_model`.
 """
@@ -10,12 +11,12 @@ The alpha-beta cost model is `keras_largebatch.distribute.cost_model`.
 import importlib
 
 # The strategy's defaults, importable without TensorFlow (the training
-# command's flags use them). See `MultiWorkerMirroredStrategy`.
-FUSION_THRESHOLD_BYTES = 8 * 2**20
-HIERARCHICAL_THRESHOLD_BYTES = 4 * 2**20
+# command's flags use them).
+from keras_largebatch.distribute.config import FUSION_THRESHOLD_BYTES
+from keras_largebatch.distribute.config import HIERARCHICAL_THRESHOLD_BYTES
 
 # Imported on first use, so that TensorFlow-free parts (`cost_model`,
-# `buckets`, `localhost`) work without TensorFlow installed.
+# `buckets`, `localhost`, `config`) work without TensorFlow installed.
 _PUBLIC = {
     "Compression": "compression",
     "FusedCollectiveAllReduce": "all_reduce",

@@ -19,9 +19,10 @@ overflow there (an inf in the sum) makes the step skip and the scale halve
 on every replica. Without a loss scale (plain `LARS`, SGD) small
 gradients lose bits: prefer `LARSMixed` with fp16 transport.
 
-`TopKCompressor` (`compression="topk"`) is of another kind: it sends the
-largest entries of each bucket and keeps the rest for the next step
-(`keras_largebatch.distribute.sparse`).
+`TopKCompressor` (`compression="topk"`) changes no dtype: its name makes
+gradient buckets go to the top-k reducer (`ReduceConfig.topk`,
+`topk.TopKReducer`), which sends the largest entries of each bucket and
+keeps the rest for the next step.
 
 Use a compressor by name (`compression="fp16"`) or as a class
 (`compression=Compression.fp16`) in `MultiWorkerMirroredStrategy`; a

@@ -38,6 +38,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch import _tf_internals
 from keras_largebatch._shared import require
 
 LIBRARY_NAME = "_lb_fusion_ops.so"
@@ -149,17 +150,6 @@ def load_error():
     return _state["error"]
 
 
-def _in_xla():
-    """Inside `tf.function(jit_compile=True)`: XLA has no kernel for the ops."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-
-        graph = tf.compat.v1.get_default_graph()
-        return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
-    except Exception:  # Private API moved: assume no XLA.
-        return False
-
-
 def _lib_or_none(use_native):
     if use_native is False:
         return None
@@ -169,7 +159,8 @@ def _lib_or_none(use_native):
             "`use_native=True` but the native library is not available: "
             f"{_state['error']}"
         )
-    if _in_xla():
+    # XLA (`jit_compile=True`) has no kernel for the native ops.
+    if _tf_internals.in_xla_context():
         if use_native:
             raise RuntimeError(
                 "`use_native=True` inside an XLA-compiled function; the "

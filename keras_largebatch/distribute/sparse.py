@@ -29,6 +29,9 @@ two thresholds. It is `O(iterations * n)` with static shapes (XLA compiles
 it) and misses only values inside that band, whose width is
 `(max - mean) / 2**iterations`.
 
+This module holds the maths and `Residuals`; `topk.TopKReducer` runs the
+exchange, owns the residuals and checkpoints them.
+
 References:
     - Shi, Zhou, Song et al., 2020, "Towards Scalable Distributed Training
       of Deep Learning on Public Cloud Clusters", arXiv:2010.10458 (MSTopK,
@@ -39,19 +42,18 @@ References:
 
 import hashlib
 import math
-import os
 
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
 
-from keras_largebatch._shared import check_number
+from keras_largebatch import _tf_internals
+from keras_largebatch.distribute.config import ReduceConfig
 
 # Plain graph code (no Python control flow on tensors): AutoGraph, which
 # converts what a `tf.function` calls, is kept out.
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 # Buckets of at most this many values use the exact `tf.math.top_k`.
-EXACT_MAX_ELEMENTS = 2**16
+EXACT_MAX_ELEMENTS = ReduceConfig.topk_exact_max_elements
 # Bisection steps of MSTopK's threshold search.
 ITERATIONS = 20
 
@@ -164,17 +166,12 @@ class Residuals(tf.Module):
         variable = getattr(self, name, None)
         if variable is None:
             with tf.init_scope(), tf.device(device):
-                variable = _local_variable(tensor, name)
+                # A residual belongs to its worker alone: not mirrored.
+                variable = _tf_internals.local_variable(
+                    tf.zeros(tensor.shape, tensor.dtype), name
+                )
             setattr(self, name, variable)
         return variable
-
-
-def _local_variable(tensor, name):
-    # Not `tf.Variable`: under a strategy's scope that would make a mirrored
-    # variable; a residual belongs to its worker alone.
-    return resource_variable_ops.ResourceVariable(
-        tf.zeros(tensor.shape, tensor.dtype), trainable=False, name=name,
-    )
 
 
 def signature(tensors):
@@ -183,61 +180,9 @@ def signature(tensors):
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-def check_density(density):
-    """Requires a density in (0, 1]."""
-    return check_number("topk_density", density, lambda d: 0 < d <= 1,
-                        "in (0, 1]")
-
-
 def residual_checkpoint_callback(strategy, directory):
-    """A Keras callback that keeps this worker's residuals across restarts.
-
-    At the end of every epoch it writes them to
-    `directory/worker_<task>/epoch_<n>/` and then names that folder in
-    `directory/worker_<task>/latest` (an atomic write; the previous folder
-    is then deleted), so a crash never leaves a half-written checkpoint
-    named. At the start of `fit` it restores the latest one when there is
-    one (applied as the residuals are created, on the first step). Pair it
-    with `keras.callbacks.BackupAndRestore`, which resumes from the last
-    finished epoch: the residuals then match the weights.
-    """
-    import shutil
-
-    import keras
-
-    from keras_largebatch._shared import atomic_write
-
-    folder = os.path.join(
-        directory, f"worker_{strategy.extended._id_in_cluster}"
-    )
-    pointer = os.path.join(folder, "latest")
-
-    class ResidualCheckpoint(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.checkpoint = tf.train.Checkpoint(
-                residuals=strategy.topk_residuals
-            )
-            self.status = None
-
-        def on_train_begin(self, logs=None):
-            if os.path.exists(pointer):
-                with open(pointer) as f:
-                    name = f.read().strip()
-                self.status = self.checkpoint.read(
-                    os.path.join(folder, name, "residuals")
-                )
-
-        def on_epoch_end(self, epoch, logs=None):
-            name = f"epoch_{epoch + 1:03d}"
-            os.makedirs(os.path.join(folder, name), exist_ok=True)
-            self.checkpoint.write(os.path.join(folder, name, "residuals"))
-            old = None
-            if os.path.exists(pointer):
-                with open(pointer) as f:
-                    old = f.read().strip()
-            atomic_write(pointer, name)
-            if old and old != name:
-                shutil.rmtree(os.path.join(folder, old), ignore_errors=True)
-
-    return ResidualCheckpoint()
+    """A Keras callback that writes this worker's top-k residuals under
+    `directory` at every epoch end and restores the latest at the start of
+    `fit`: `strategy.cross_device_ops.topk.checkpoint_callback(directory)`
+    (see there)."""
+    return strategy.cross_device_ops.topk.checkpoint_callback(directory)

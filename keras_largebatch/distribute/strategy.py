@@ -2,16 +2,11 @@
 hierarchical, hybrid all-reduce, and Keras 3 `fit` on many workers."""
 
 import tensorflow as tf
-from tensorflow.python.distribute import values as values_lib
-from tensorflow.python.util import nest
 
-from keras_largebatch._shared import check_int
+from keras_largebatch import _tf_internals
 from keras_largebatch.api_export import keras_largebatch_export
-from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
-from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
 from keras_largebatch.distribute import all_reduce
-from keras_largebatch.distribute import compression as compression_lib
-from keras_largebatch.distribute import sparse
+from keras_largebatch.distribute.config import ReduceConfig
 
 
 @keras_largebatch_export("keras_largebatch.distribute.MultiWorkerMirroredStrategy")
@@ -50,24 +45,21 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     Buckets are issued one after another on a device (see ordering in
     `all_reduce`), so a bucket must be small enough for its ring to overlap
     with packing and unpacking its neighbours and with backward, and large
-    enough that per-bucket latency stays small. Measured on localhost CPU
-    workers (`bench/allreduce.py`), 4-8 MiB buckets are fastest and 64 MiB
-    buckets take about twice as long; in the alpha-beta model 8 MiB costs
-    little latency up to tens of GPUs, and at 1,024 GPUs (with
-    `hierarchical_threshold_bytes` at the cost model's crossover) about
-    1.7x the comm time of 64 MiB buckets (the command below prints 94.9 ms
-    of hybrid all-reduce with `--fusion_threshold_bytes=8388608`, 54.8 ms
-    with its default 64 MiB), most of it hidden behind backward.
+    enough that per-bucket latency stays small.
 
     The default `hierarchical_threshold_bytes` is 4 MiB. The costs of the
     ring and of the hierarchy are stated once, in
     `keras_largebatch.distribute.cost_model.alpha_beta`; the best threshold
-    is where they cross. For the cost model's default network (8 GPUs per
-    node, intra-node 5 us and 10 GB/s, inter-node 10 us and 12.5 GB/s),
-    `python -m keras_largebatch.distribute.cost_model --model=resnet50
-    --gpus=64,1024` prints a crossover of 3,343,284 bytes (3.2 MiB) at 64
-    GPUs and 57,550,639 bytes (54.9 MiB) at 1,024 GPUs: 4 MiB is right for
-    tens of GPUs; for a given cluster, take the command's value.
+    is where they cross, and `python -m keras_largebatch.distribute.cost_model
+    --model=resnet50 --gpus=64,1024` prints it for a given network. The
+    measurements and the cost model's numbers behind both defaults are in
+    docs/benchmarks.md (measured numbers are kept there, with their machine
+    and date, and nowhere else).
+
+    The settings are held by one `config.ReduceConfig`, which the
+    cross-device ops share. Each bucket is reduced by one reducer
+    (`reducers.FlatReducer`, `reducers.HierarchicalReducer`,
+    `topk.TopKReducer`); see docs/distributed.md.
 
     Args:
         cluster_resolver: As `tf.distribute.MultiWorkerMirroredStrategy`;
@@ -111,52 +103,42 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         cluster_resolver=None,
         communication_options=None,
         *,
-        fusion_threshold_bytes=FUSION_THRESHOLD_BYTES,
-        hierarchical_threshold_bytes=HIERARCHICAL_THRESHOLD_BYTES,
-        compression=None,
-        workers_per_node=None,
-        topk_density=0.01,
-        topk_error_feedback=True,
+        fusion_threshold_bytes=ReduceConfig.fusion_threshold_bytes,
+        hierarchical_threshold_bytes=ReduceConfig.hierarchical_threshold_bytes,
+        compression=ReduceConfig.compression,
+        workers_per_node=ReduceConfig.workers_per_node,
+        topk_density=ReduceConfig.topk_density,
+        topk_error_feedback=ReduceConfig.topk_error_feedback,
     ):
-        check_int("fusion_threshold_bytes", fusion_threshold_bytes, 0)
-        check_int(
-            "hierarchical_threshold_bytes", hierarchical_threshold_bytes, 0
-        )
-        if workers_per_node is not None:
-            check_int("workers_per_node", workers_per_node, 1)
-        compressor = compression_lib.get(compression)
-        sparse.check_density(topk_density)
-        super().__init__(cluster_resolver, communication_options)
-        self._fusion_threshold_bytes = fusion_threshold_bytes
-        self._hierarchical_threshold_bytes = hierarchical_threshold_bytes
-        self._compression = compression_lib.serialize(compressor)
-        self._workers_per_node = workers_per_node
-        self._topk_density = topk_density
-        self._topk_error_feedback = bool(topk_error_feedback)
-        ext = self.extended
-        old = ext._cross_device_ops
-        nodes = all_reduce.node_of_tasks(ext._cluster_spec, workers_per_node)
-        ext._cross_device_ops = all_reduce.FusedCollectiveAllReduce(
-            devices=ext.worker_devices,
-            group_size=old._group_size,
-            options=ext._communication_options,
-            collective_keys=ext._collective_keys,
-            task_id=ext._id_in_cluster,
-            node_of_task=nodes,
+        config = ReduceConfig(
             fusion_threshold_bytes=fusion_threshold_bytes,
             hierarchical_threshold_bytes=hierarchical_threshold_bytes,
-            compression=compressor,
-            key_base=self._collective_key_base,
+            compression=compression,
+            workers_per_node=workers_per_node,
             topk_density=topk_density,
             topk_error_feedback=topk_error_feedback,
         )
-        if getattr(ext, "_inferred_cross_device_ops", None) is old:
-            ext._inferred_cross_device_ops = ext._cross_device_ops
+        super().__init__(cluster_resolver, communication_options)
+        self._reduce_config = config
+        nodes = all_reduce.node_of_tasks(
+            _tf_internals.cluster_spec(self), config.workers_per_node
+        )
+
+        def build(group_size, options, collective_keys):
+            return all_reduce.FusedCollectiveAllReduce(
+                self.extended.worker_devices, group_size, options,
+                collective_keys, task_id=_tf_internals.task_id(self),
+                node_of_task=nodes,
+                key_base=_tf_internals.collective_key_base(self),
+                config=config,
+            )
+
+        _tf_internals.replace_cross_device_ops(self, build)
 
     @property
     def cross_device_ops(self):
         """The `FusedCollectiveAllReduce` that reduces gradients."""
-        return self.extended._cross_device_ops
+        return _tf_internals.cross_device_ops(self)
 
     @property
     def topk_residuals(self):
@@ -178,8 +160,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         reduced across replicas only (it has no axis to reduce along). Keras
         3's trainers need both under a multi-worker job.
         """
-        if nest.is_nested(value):
-            return nest.map_structure(
+        if tf.nest.is_nested(value):
+            return tf.nest.map_structure(
                 lambda v: self.reduce(reduce_op, v, axis), value
             )
         if axis is not None and _rank(value) == 0:
@@ -188,18 +170,11 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def get_config(self):
         """The constructor's keyword arguments (not the cluster)."""
-        return {
-            "fusion_threshold_bytes": self._fusion_threshold_bytes,
-            "hierarchical_threshold_bytes": self._hierarchical_threshold_bytes,
-            "compression": self._compression,
-            "workers_per_node": self._workers_per_node,
-            "topk_density": self._topk_density,
-            "topk_error_feedback": self._topk_error_feedback,
-        }
+        return self._reduce_config.get_config()
 
 
 def _rank(value):
-    if isinstance(value, values_lib.DistributedValues):
+    if isinstance(value, tf.distribute.DistributedValues):
         value = value.values[0]
     shape = getattr(value, "shape", None)
     if shape is None:

@@ -23,6 +23,7 @@ if keras.backend.backend() == "tensorflow":
     from keras_largebatch.distribute import MultiWorkerMirroredStrategy
     from keras_largebatch.distribute import all_reduce
     from keras_largebatch.distribute import compression
+    from keras_largebatch.distribute.config import ReduceConfig
 
 WORKERS = os.path.join(os.path.dirname(__file__), "workers")
 
@@ -103,11 +104,11 @@ def test_get_config_covers_every_keyword_argument():
         ).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     ]
-    fake = types.SimpleNamespace(
-        _fusion_threshold_bytes=1, _hierarchical_threshold_bytes=2,
-        _compression="fp16", _workers_per_node=3, _topk_density=0.25,
-        _topk_error_feedback=False,
-    )
+    fake = types.SimpleNamespace(_reduce_config=ReduceConfig(
+        fusion_threshold_bytes=1, hierarchical_threshold_bytes=2,
+        compression="fp16", workers_per_node=3, topk_density=0.25,
+        topk_error_feedback=False,
+    ))
     config = MultiWorkerMirroredStrategy.get_config(fake)
     assert sorted(config) == sorted(keyword)
     assert config == {

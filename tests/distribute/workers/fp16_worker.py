@@ -8,6 +8,7 @@ float32 transport, then, from the same initial weights, with
 `fp16_<i>` (after the step), and the buckets each step traced.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -73,7 +74,10 @@ def step():
 def main():
     result = {}
     w0, result_f32, log_f32 = step()
-    strategy.cross_device_ops._compressor = compression.FP16Compressor
+    ops = strategy.cross_device_ops
+    ops.config = dataclasses.replace(
+        ops.config, compression=compression.FP16Compressor
+    )
     _, result_fp16, log_fp16 = step()
     for i, w in enumerate(w0):
         result[f"w0_{i}"] = w

@@ -20,6 +20,7 @@ Usage: `python mw_worker.py '<json>'`, with `TF_CONFIG` set for a worker
   only on task `stop_task` when given.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -35,7 +36,6 @@ TASK = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get(
 import tensorflow as tf  # noqa: E402
 
 from keras_largebatch.distribute import MultiWorkerMirroredStrategy  # noqa: E402
-from keras_largebatch.distribute import compression  # noqa: E402
 
 strategy = None
 if ARGS.get("strategy") is not None:
@@ -157,13 +157,7 @@ def main():
         # Retrain a fresh model in the same job with other cross-device
         # settings (they are read when the train function is traced).
         ops = strategy.cross_device_ops
-        then = ARGS["then"]
-        if "hierarchical_threshold_bytes" in then:
-            ops._hierarchical_threshold_bytes = then[
-                "hierarchical_threshold_bytes"
-            ]
-        if "compression" in then:
-            ops._compressor = compression.get(then["compression"])
+        ops.config = dataclasses.replace(ops.config, **ARGS["then"])
         result.update(train("then_", x, y))
     np.savez(ARGS["out"], **result)
 
