@@ -48,8 +48,8 @@ def save_model(model, path):
     """Writes `model` (no optimizer state) as a `.keras` file atomically.
 
     Keras stores the archive's members uncompressed; they are deflated
-    here (float32 weights shrink by about 7%, and `keras.models.load_model`
-    reads either).
+    here (float32 weights shrink a little, see docs/training.md, and
+    `keras.models.load_model` reads either).
     """
     with atomic_path(path) as tmp:
         weights_only(model).save(tmp)

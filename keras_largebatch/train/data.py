@@ -1,8 +1,9 @@
 """Input pipelines: embedded digits, class folders, TFRecords, synthetic.
 
-Every loader returns a `DataSpec` of unbatched `tf.data` pipelines yielding
-`(image, one_hot_label)` with float32 images in [0, 1] of shape
-`(image_size, image_size, 3)`; `tf.data` feeds `fit` on every backend.
+Every loader returns a `DataSpec`: an in-memory data set's arrays, a class
+folder's file lists, or (TFRecords) tf.data pipelines, with float32 images
+in [0, 1] and one-hot labels. `batch` builds the command's tf.data
+pipelines from it, `grain_data.batch` its Grain pipelines (no TensorFlow).
 Everything that can be checked is checked here, before the job writes
 anything: a missing folder, no images, a file that does not decode, a
 TFRecord without ImageNet's features.

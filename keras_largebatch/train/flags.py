@@ -11,7 +11,7 @@ compares with the page):
 
 The defaults are the embedded default run: AlexNet-BN at its minimum input
 (67x67) on scikit-learn's digits, batch 32, LARSMixed with warmup and
-polynomial decay, 6 epochs, a few minutes on a 2-core CPU.
+polynomial decay, 6 epochs.
 """
 
 import dataclasses

@@ -21,6 +21,7 @@ one, so a failed run never leaves a half-written file.
 """
 
 import csv
+import importlib.util
 import json
 import os
 import time
@@ -212,10 +213,12 @@ def seed_states(model):
 def tensorboard(log_dir):
     """The TensorBoard callback of the backend, or None with a notice.
 
-    On the TensorFlow backend, Keras' `TensorBoard`; elsewhere
-    `EpochTensorBoard`, which needs tensorboardX and not TensorFlow.
+    On the TensorFlow backend with the `tensorboard` package, Keras'
+    `TensorBoard`; otherwise `EpochTensorBoard`, which needs tensorboardX
+    and not TensorFlow (TensorFlow does not install `tensorboard` itself).
     """
-    if keras.backend.backend() == "tensorflow":
+    if (keras.backend.backend() == "tensorflow"
+            and importlib.util.find_spec("tensorboard") is not None):
         return keras.callbacks.TensorBoard(log_dir, write_graph=False,
                                            profile_batch=0)
     try:
