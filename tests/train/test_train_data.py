@@ -162,8 +162,8 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
 
 def test_memory_of_in_memory_data_does_not_grow_with_the_epochs():
     # The training pipeline holds one sub-pipeline per epoch over the same
-    # arrays; tf.data's default rewrite used to copy the arrays into each
-    # (16 MB here: +0.4 GB at 24 epochs; 18 GB for 96 of Fashion-MNIST).
+    # arrays; tf.data's default rewrite, if it were on, would copy the
+    # arrays into each (16 MB here: +0.4 GB at 24 epochs).
     import subprocess
     import sys
 
