@@ -279,7 +279,11 @@ class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
         self, reduce_op, values, replica_id, options, compress
     ):
         compressor = self._compressor if compress else None
-        signature = sparse.signature(values)
+        # Names the top-k residuals; no other reducer keeps state.
+        signature = (
+            sparse.signature(values)
+            if compress and self._reduce_config.topk else None
+        )
         formats = [
             wire_format(v.dtype, v.shape.rank, reduce_op, self.group_size,
                         compressor)

@@ -267,7 +267,6 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         `squares` are the squared norms `_finite_and_squares` returned;
         `unscaled` says the gradients were unscaled in place already.
         """
-        inverse = ops.divide(1.0, self.dynamic_scale.value)
         targets = [self._target(v) for v in variables]
         # Under tf.distribute the loss-scaled gradients were summed first.
         reduced = keras.backend.backend() == "tensorflow"
@@ -275,7 +274,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             step = layerwise.GradientStep(reduced=reduced)
         elif self._folds_unscaling():
             step = layerwise.GradientStep(
-                inverse_scale=inverse,
+                inverse_scale=ops.divide(1.0, self.dynamic_scale.value),
                 # `_var_key` is the rule's key of a variable too.
                 squared_norms={
                     self._var_key(t): s
@@ -285,6 +284,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
                 reduced=reduced,
             )
         else:
+            inverse = ops.divide(1.0, self.dynamic_scale.value)
             grads = [
                 g if g is None or _overwrites_with_gradient(v)
                 else ops.multiply(ops.cast(g, "float32"), inverse)
