@@ -11,9 +11,10 @@ may have moved them.
 - `Launcher`: one device's collectives in one group (all-reduce,
   all-gather of equal shapes, broadcast).
 - `cluster_spec`, `task_id`, `collective_key_base`, `cross_device_ops`,
-  `replace_cross_device_ops`: a `tf.distribute.MultiWorkerMirroredStrategy`'s
-  internals.
-- `local_variable`, `in_xla_context`, `strategy_supports_no_merge_call`.
+  `replace_cross_device_ops`, `reduce_without_merge_call`: a
+  `tf.distribute.MultiWorkerMirroredStrategy`'s internals.
+- `local_variable`, `in_xla_context`, `strategy_supports_no_merge_call`,
+  `maybe_merge_call`.
 """
 
 import multiprocessing.pool
@@ -49,8 +50,9 @@ class CollectiveAllReduce(_cross_device_ops.CollectiveAllReduce):
     structure of that replica's tensors. TensorFlow reaches it by three
     private hooks:
 
-    - `_all_reduce`: `ReplicaContext.all_reduce` without `merge_call`
-      (gradients), `compress=True`;
+    - `_all_reduce`, without `merge_call`: `ReplicaContext.all_reduce`
+      (gradients), `compress=True`, and the aggregation of a variable's
+      update or read in the replica context (metrics), `compress=False`;
     - `batch_reduce_implementation`: `ReplicaContext.all_reduce` with
       `merge_call` (gradients), `compress=True`, when every value is its
       own destination (TensorFlow's path otherwise);
@@ -109,10 +111,17 @@ class CollectiveAllReduce(_cross_device_ops.CollectiveAllReduce):
         """TensorFlow's all-reduce of a list of one replica's tensors."""
         return super()._all_reduce(reduce_op, values, replica_id, options)
 
-    # TensorFlow's private hook for `ReplicaContext.all_reduce` without
-    # `merge_call`; no public method is called there.
+    # TensorFlow's private hook for the replica context's reductions
+    # without `merge_call`; no public method is called there. Its callers
+    # differ in what they pass (TensorFlow 2.21): `ReplicaContext.all_reduce`
+    # a tuple of the flattened values, a variable's aggregation
+    # (`values_util.apply_aggregation_replica_context`, `SyncOnReadVariable`)
+    # one tensor, which then travels uncompressed as `reduce_to` sends it
+    # with `merge_call`.
     def _all_reduce(self, reduce_op, value, replica_id, options):
-        return self.reduce_replica(reduce_op, value, replica_id, options, True)
+        return self.reduce_replica(
+            reduce_op, value, replica_id, options, tf.nest.is_nested(value)
+        )
 
     def batch_reduce_implementation(
         self, reduce_op, value_destination_pairs, options
@@ -284,6 +293,24 @@ def replace_cross_device_ops(strategy, build):
     return new
 
 
+def reduce_without_merge_call(strategy):
+    """Makes `strategy` reduce without `merge_call` in a `tf.function`.
+
+    As TensorFlow's strategies do when XLA compiles for GPUs: each replica
+    calls the cross-device ops' `_all_reduce` for
+    `ReplicaContext.all_reduce` and for variable aggregation, and Keras'
+    optimizers update variables in the replica context
+    (`maybe_merge_call`). A `cond` may then reduce and update in a branch,
+    where `merge_call` is refused: Keras' gradient accumulation, a
+    `LossScaleOptimizer`'s skipped step. Eagerly, where replicas run one
+    after another and a collective issued by one would wait for the next,
+    `merge_call` stays. `_use_merge_call` is the strategy's private switch
+    (TensorFlow's own tests turn it off the same way,
+    `strategy_combinations`); no public option does it.
+    """
+    strategy.extended._use_merge_call = tf.executing_eagerly
+
+
 def local_variable(initial_value, name):
     """A non-trainable variable of this worker alone, even under a
     strategy's scope (where `tf.Variable` makes a mirrored one)."""
@@ -308,3 +335,13 @@ def strategy_supports_no_merge_call():
     """Whether the current strategy reduces without `merge_call`
     (`tf.__internal__`: how Keras' `LossScaleOptimizer` asks)."""
     return tf.__internal__.distribute.strategy_supports_no_merge_call()
+
+
+def maybe_merge_call(fn, strategy, *args):
+    """`fn(strategy, *args)` in the cross-replica context: through
+    `merge_call`, or directly where the strategy needs none
+    (`tf.__internal__`: how Keras' TensorFlow optimizers update
+    variables)."""
+    return tf.__internal__.distribute.interim.maybe_merge_call(
+        fn, strategy, *args
+    )

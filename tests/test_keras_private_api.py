@@ -3,41 +3,77 @@
 Keras has no public hook for these; each row says where and why it is used.
 The rows were checked on the Keras versions that `pyproject.toml` accepts
 (`KERAS_CHECKED`); a Keras that moves one fails here, naming it, before it
-fails inside a training step.
+fails inside a training step. Keras' development head and what moved there:
+docs/keras-versions.md.
 """
 
+import importlib
 import inspect
 
 import keras
 import numpy as np
 import pytest
 
+from keras_largebatch import adaptive_batch
+from keras_largebatch import noise_scale
+from keras_largebatch import precise_bn
+from keras_largebatch.optimizers import checkpoint
+from keras_largebatch.optimizers import lamb
+from keras_largebatch.optimizers import lars
+from keras_largebatch.optimizers import layerwise
 from keras_largebatch.optimizers import mixed
+from keras_largebatch.train import outputs
 
 KERAS_CHECKED = "3.12.4 and 3.15.1"
 
 OPTIMIZER = keras.optimizers.Optimizer
 BACKUP = keras.callbacks.BackupAndRestore
+SAVEABLE = ("keras.src.saving.keras_saveable", "KerasSaveable")
+
+# `LayerwiseOptimizer.apply`, given a `GradientStep`, runs Keras' `apply` and
+# `_backend_apply_gradients` again from their own steps: the rows whose
+# reason starts with this.
+APPLY = ("LayerwiseOptimizer.apply runs Keras' apply again with a "
+         "GradientStep: ")
 
 # (owner, name, parameters after `self`, where and why)
 METHODS = [
-    (OPTIMIZER, "_var_key", ["variable"],
-     "optimizers: the key of a variable's rule and of its squared norm in a "
-     "GradientStep; on TensorFlow it resolves the raw tf.Variable that "
-     "update_step receives"),
-    (OPTIMIZER, "_get_variable_index", ["variable"],
-     "LARS/LAMB update_step and GradientNoiseScale: a variable's slots, as "
-     "Keras' own optimizers find them"),
+    (OPTIMIZER, "_check_variables_are_known", ["variables"],
+     APPLY + "the variables were built"),
+    (OPTIMIZER, "_filter_empty_gradients", ["grads", "vars"],
+     APPLY + "drops the variables without a gradient"),
+    (OPTIMIZER, "_overwrite_variables_directly_with_gradients",
+     ["grads", "vars"],
+     APPLY + "assigns the `overwrite_with_gradient` variables (float8)"),
+    (OPTIMIZER, "_clip_gradients", ["grads"],
+     APPLY + "clipnorm, global_clipnorm, clipvalue"),
+    (OPTIMIZER, "_backend_increment_gradient_accumulators",
+     ["grads", "acc_grads"],
+     APPLY + "adds a micro-batch to Keras' accumulators"),
+    (OPTIMIZER, "_backend_reset_gradient_accumulators", [],
+     APPLY + "zeroes Keras' accumulators after an update"),
+    (OPTIMIZER, "_update_model_variables_moving_average",
+     ["trainable_variables"],
+     APPLY + "the EMA of the weights (use_ema)"),
     (OPTIMIZER, "_backend_update_step",
      ["grads", "trainable_variables", "learning_rate"],
-     "overridden by LayerwiseOptimizer: the backend's fused update of the "
-     "whole step (torch)"),
+     "overridden by LayerwiseOptimizer (with a `gradient_step` after "
+     "Keras' parameters): the fused update of the whole step, or on "
+     "TensorFlow Keras' own per-variable update under the strategy"),
     (OPTIMIZER, "_apply_weight_decay", ["variables"],
      "overridden by LayerwiseOptimizer: weight decay is coupled into the "
      "update instead"),
     (OPTIMIZER, "_use_weight_decay", ["variable"],
      "LayerwiseOptimizer.is_decayed honours Keras' "
      "exclude_from_weight_decay(var_list=..., var_names=...)"),
+    (OPTIMIZER, "_var_key", ["variable"],
+     "LayerwiseOptimizer and MixedOptimizer: the key of a variable's rule, "
+     "its float32 master and its squared norm in a GradientStep; on "
+     "TensorFlow it resolves the raw tf.Variable that update_step receives"),
+    (OPTIMIZER, "_get_variable_index", ["variable"],
+     "LARS/LAMB update_step and their torch paths: a variable's slots; "
+     "LayerwiseOptimizer.apply and NoiseScaleOptimizer: a variable's "
+     "accumulator"),
     (keras.Model, "_flatten_layers", ["include_self", "recursive"],
      "precise batch norm and the command's seed states: every nested layer"),
     (BACKUP, "_load_model", [],
@@ -47,58 +83,149 @@ METHODS = [
 ]
 TENSORFLOW_METHODS = [
     (OPTIMIZER, "_all_reduce_sum_gradients", ["grads_and_vars"],
-     "overridden by LayerwiseOptimizer: under tf.distribute a mixed wrapper "
-     "has summed the loss-scaled gradients already"),
+     "LayerwiseOptimizer's TensorFlow update calls it as Keras' does, "
+     "unless a mixed wrapper has summed the loss-scaled gradients already"),
 ]
-# Set by `build`: (name, type, where and why).
+# Set by `build` of an optimizer with accumulation and EMA: (name, type,
+# where and why).
 OPTIMIZER_STATE = [
     ("_trainable_variables", list,
-     "MixedOptimizer.apply without variables, its stateless mapping, and "
-     "GradientNoiseScale"),
+     "LayerwiseOptimizer, MixedOptimizer and NoiseScaleOptimizer: `apply` "
+     "without variables, the EMA, their stateless mapping"),
     ("_variables", list,
-     "MixedOptimizer saves only its own variables (`variables` lists the "
-     "inner optimizer's too); GradientNoiseScale removes its own"),
+     "NoiseScaleOptimizer: its own variables (its `variables` adds the "
+     "wrapped optimizer's), saved and mapped by position"),
     ("_iterations", keras.Variable,
-     "GradientNoiseScale: the micro-batch counter under accumulation"),
+     "LayerwiseOptimizer.apply counts the step; NoiseScaleOptimizer and "
+     "AdaptiveBatch: the micro-batch counter under accumulation"),
     ("_accumulated_gradients", list,
-     "GradientNoiseScale: Keras' gradient accumulators"),
+     "LayerwiseOptimizer.apply and NoiseScaleOptimizer: Keras' gradient "
+     "accumulators"),
+    ("_model_variables_moving_average", list,
+     APPLY + "the EMA a `ema_overwrite_frequency` step assigns"),
+    ("_learning_rate", keras.Variable,
+     "AdaptiveBatch: the compiled rate it scales (a Variable, or the "
+     "schedule itself)"),
+]
+# Set by the TensorFlow optimizer's constructor: (name, where and why).
+TENSORFLOW_OPTIMIZER_STATE = [
+    ("_distribution_strategy",
+     "LayerwiseOptimizer's TensorFlow update runs in the strategy the "
+     "optimizer was made in, as Keras' does"),
 ]
 BACKUP_STATE = ["_weights_path", "_training_metadata_path", "_current_epoch",
                 "_last_batch_seen"]
+SEED_GENERATORS = ("the command's Backup saves the state of every layer's "
+                   "SeedGenerator (dropout masks on resume)")
+SAVING = ("LARSMixed/LAMBMixed save their state through a KerasSaveable "
+          "attribute, which Keras' saving gives a store at its own path "
+          "(optimizers/checkpoint.py)")
+
+# Package classes and the Keras base whose private methods they override:
+# any other private name they define must not be one of Keras'.
+OVERRIDES = [
+    (layerwise.LayerwiseOptimizer, OPTIMIZER,
+     ["_apply_weight_decay", "_backend_update_step"]),
+    (lars.LARS, OPTIMIZER, []),
+    (lamb.LAMB, OPTIMIZER, []),
+    (mixed.MixedOptimizer, keras.optimizers.LossScaleOptimizer, []),
+    (noise_scale.NoiseScaleOptimizer, OPTIMIZER, []),
+    (checkpoint.OptimizerState, checkpoint.KerasSaveable, ["_obj_type"]),
+    (noise_scale.GradientNoiseScale, keras.callbacks.Callback, []),
+    (adaptive_batch.AdaptiveBatch, keras.callbacks.Callback, []),
+    (precise_bn.PreciseBatchNorm, keras.callbacks.Callback, []),
+    (outputs.Backup, BACKUP, ["_load_model", "_save_model"]),
+]
 
 
 def _changed(owner, name, why):
-    return (f"keras_largebatch uses Keras' private `{owner.__name__}.{name}` "
+    owner = owner if isinstance(owner, str) else owner.__name__
+    return (f"keras_largebatch uses Keras' private `{owner}.{name}` "
             f"({why}); Keras {keras.__version__} changed it. It was checked "
             f"on Keras {KERAS_CHECKED}: see {__name__}.")
 
 
-def _methods():
-    rows = list(METHODS)
+def _on_tensorflow(rows, tensorflow_rows):
     if keras.backend.backend() == "tensorflow":
-        rows += TENSORFLOW_METHODS
+        return rows + tensorflow_rows
     return rows
 
 
-@pytest.mark.parametrize("owner, name, parameters, why", _methods(),
-                         ids=lambda x: x if isinstance(x, str) else None)
-def test_private_method_keeps_its_signature(owner, name, parameters, why):
-    method = getattr(owner, name, None)
-    assert callable(method), _changed(owner, name, why)
-    found = list(inspect.signature(method).parameters)[1:]
-    assert found == parameters, _changed(owner, name, why) + (
-        f" Parameters: {found}, expected {parameters}.")
+def test_private_methods_keep_their_signatures():
+    changed = []
+    for owner, name, parameters, why in _on_tensorflow(
+            METHODS, TENSORFLOW_METHODS):
+        method = getattr(owner, name, None)
+        if not callable(method):
+            changed.append(_changed(owner, name, why))
+            continue
+        found = list(inspect.signature(method).parameters)[1:]
+        if found != parameters:
+            changed.append(_changed(owner, name, why) + (
+                f" Parameters: {found}, expected {parameters}."))
+    assert not changed, "\n".join(changed)
+
+
+def _built_optimizer(variables, learning_rate=0.1):
+    optimizer = keras.optimizers.SGD(
+        learning_rate, gradient_accumulation_steps=2, use_ema=True,
+        clipvalue=0.5)
+    optimizer.build(variables)
+    return optimizer
 
 
 def test_private_optimizer_state_is_set_by_build():
     variables = [keras.Variable(np.ones((2, 2), "float32"))]
-    optimizer = keras.optimizers.SGD(0.1, gradient_accumulation_steps=2)
-    optimizer.build(variables)
+    optimizer = _built_optimizer(variables)
     for name, kind, why in OPTIMIZER_STATE:
         value = getattr(optimizer, name, None)
         assert isinstance(value, kind), _changed(OPTIMIZER, name, why)
     assert optimizer._trainable_variables == variables
     assert optimizer._get_variable_index(variables[0]) == 0
+    assert len(optimizer._accumulated_gradients) == 1
+    assert len(optimizer._model_variables_moving_average) == 1
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    assert _built_optimizer(variables, schedule)._learning_rate is schedule, (
+        _changed(OPTIMIZER, "_learning_rate", OPTIMIZER_STATE[-1][2]))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        for name, why in TENSORFLOW_OPTIMIZER_STATE:
+            value = getattr(optimizer, name, None)
+            assert isinstance(value, tf.distribute.Strategy), _changed(
+                OPTIMIZER, name, why)
+
+
+def test_private_apply_steps_do_what_layerwise_apply_expects():
+    a = keras.Variable(np.ones(2, "float32"), name="a")
+    b = keras.Variable(np.ones(2, "float32"), name="b")
+    optimizer = _built_optimizer([a, b])
+
+    def check(condition, name):
+        why = next(row[3] for row in METHODS if row[1] == name)
+        assert condition, _changed(OPTIMIZER, name, why)
+
+    with pytest.raises(ValueError):
+        optimizer._check_variables_are_known([keras.Variable([1.0])])
+    with pytest.warns(UserWarning):
+        grads, variables = optimizer._filter_empty_gradients(
+            [None, keras.ops.full((2,), 2.0)], [a, b])
+    check(variables == [b] and len(grads) == 1, "_filter_empty_gradients")
+    grads, variables = optimizer._overwrite_variables_directly_with_gradients(
+        grads, variables)
+    check(variables == [b] and len(grads) == 1,
+          "_overwrite_variables_directly_with_gradients")
+    grads = optimizer._clip_gradients(grads)
+    check(np.allclose(keras.ops.convert_to_numpy(grads[0]), 0.5),
+          "_clip_gradients")
+    accumulator = optimizer._accumulated_gradients[
+        optimizer._get_variable_index(b)]
+    optimizer._backend_increment_gradient_accumulators(grads, [accumulator])
+    check(np.allclose(keras.ops.convert_to_numpy(accumulator), 0.5),
+          "_backend_increment_gradient_accumulators")
+    optimizer._backend_reset_gradient_accumulators()
+    check(np.allclose(keras.ops.convert_to_numpy(accumulator), 0.0),
+          "_backend_reset_gradient_accumulators")
 
 
 def test_private_backup_state_exists_after_construction(tmp_path):
@@ -108,10 +235,57 @@ def test_private_backup_state_exists_after_construction(tmp_path):
             BACKUP, name, "the command's Backup writes the same files")
 
 
-def test_mixed_optimizer_overrides_only_public_loss_scale_methods():
-    # Keras documents LossScaleOptimizer's public methods only; the mixed
-    # optimizers override none of its private ones.
-    own = vars(mixed.MixedOptimizer)
-    inherited = {name for name in vars(keras.optimizers.LossScaleOptimizer)
-                 if name.startswith("_") and not name.startswith("__")}
-    assert sorted(inherited & set(own)) == []
+def test_private_seed_generators_of_a_layer():
+    layer = keras.layers.Dropout(0.5)
+    assert getattr(layer, "_seed_generators", None) == [
+        layer.seed_generator], _changed(
+            keras.layers.Layer, "_seed_generators", SEED_GENERATORS)
+
+
+def test_saving_gives_a_saveable_attribute_its_own_store(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    module, name = SAVEABLE
+    saveable = getattr(importlib.import_module(module), name, None)
+    assert isinstance(saveable, type) and issubclass(OPTIMIZER, saveable), (
+        _changed(module, name, SAVING))
+    loaded = []
+
+    class Probe(saveable):
+        def _obj_type(self):
+            return "Optimizer"
+
+        def save_own_variables(self, store):
+            store["0"] = np.arange(3.0)
+
+        def load_own_variables(self, store):
+            loaded.append(np.asarray(store["0"]))
+
+    def model():
+        m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        m.optimizer.build(m.trainable_variables)
+        m.optimizer.probe = Probe()
+        return m
+
+    path = str(tmp_path / "probe.weights.h5")
+    model().save_weights(path)
+    with h5py.File(path, "r") as f:
+        saved = "optimizer/probe/vars/0" in f
+    model().load_weights(path)
+    assert saved and len(loaded) == 1, _changed(
+        "keras.src.saving.saving_lib", "_walk_saveable", SAVING + "; an "
+        "attribute `probe` was not saved and loaded at optimizer/probe/vars")
+    np.testing.assert_array_equal(loaded[0], np.arange(3.0))
+
+
+def test_private_overrides_are_only_the_listed_ones():
+    added = []
+    for cls, base, overrides in OVERRIDES:
+        keras_private = {name for name in dir(base)
+                         if name.startswith("_") and not name.startswith("__")}
+        extra = sorted(set(vars(cls)) & keras_private - set(overrides))
+        if extra:
+            added.append(f"{cls.__name__} overrides Keras' private {extra}: "
+                         f"Keras {keras.__version__} added them to "
+                         f"{base.__name__}.")
+    assert not added, "\n".join(added)

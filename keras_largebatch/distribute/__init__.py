@@ -18,9 +18,11 @@ from keras_largebatch.distribute.config import HIERARCHICAL_THRESHOLD_BYTES
 # Imported on first use, so that TensorFlow-free parts (`cost_model`,
 # `buckets`, `localhost`, `config`) work without TensorFlow installed.
 _PUBLIC = {
+    "BucketRecord": "all_reduce",
     "Compression": "compression",
     "FusedCollectiveAllReduce": "all_reduce",
     "MultiWorkerMirroredStrategy": "strategy",
+    "ReduceConfig": "config",
     "assign_buckets": "buckets",
     "native_ops_available": "native",
 }
@@ -34,9 +36,11 @@ def __getattr__(name):
 
 
 __all__ = [
+    "BucketRecord",
     "Compression",
     "FusedCollectiveAllReduce",
     "MultiWorkerMirroredStrategy",
+    "ReduceConfig",
     "assign_buckets",
     "native_ops_available",
 ]

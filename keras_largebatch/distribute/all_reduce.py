@@ -42,6 +42,7 @@ References:
 
 import collections
 import copy
+import typing
 import weakref
 
 import tensorflow as tf
@@ -110,6 +111,18 @@ class _Chain:
         return result
 
 
+class BucketRecord(typing.NamedTuple):
+    """One bucket as `FusedCollectiveAllReduce.bucket_log` records it."""
+
+    tensors: int
+    """How many tensors the bucket packs."""
+    wire_bytes: int
+    """Its size on the wire (after any fp16 cast)."""
+    reducer: str
+    """The `kind` of the reducer that took it: `"flat"`, `"hierarchical"`,
+    `"sparse-flat"` or `"sparse-hierarchical"`."""
+
+
 class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
     """`CollectiveAllReduce` with fusion buckets and a reducer per bucket.
 
@@ -121,9 +134,15 @@ class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
         node_of_task: node index of every task (see `node_of_tasks`).
         key_base: offset of the sub-group keys (the strategy's collective
             key base).
-        config: the `ReduceConfig`; by default one made of `**settings`
-            (its fields: `fusion_threshold_bytes`, `compression`, ...).
+        config: the `ReduceConfig` (`None`: its defaults). It is the one
+            place these ops read their settings from; `config` is also
+            assignable afterwards.
         residuals: the top-k `sparse.Residuals` to use (a copy shares them).
+
+    Attributes:
+        bucket_log: the last 1024 buckets built, a `BucketRecord` each
+            (replica 0's: once per trace in a `tf.function`, every call
+            when eager).
     """
 
     def __init__(
@@ -139,14 +158,13 @@ class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
         key_base=0,
         config=None,
         residuals=None,
-        **settings,
     ):
-        if config is not None and settings:
+        config = ReduceConfig() if config is None else config
+        if not isinstance(config, ReduceConfig):
             raise ValueError(
-                "Pass either `config` or its fields, not both. Received: "
-                f"config={config}, {settings}"
+                "`config` must be a `ReduceConfig` or None. Received: "
+                f"config={config!r}"
             )
-        config = config if config is not None else ReduceConfig(**settings)
         super().__init__(
             devices, group_size, options, collective_keys, canonicalize_devices
         )
@@ -154,9 +172,6 @@ class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
         self._node_of_task = tuple(node_of_task)
         self._key_base = key_base
         self._num_nodes = len(set(self._node_of_task))
-        # (tensors, wire bytes, reducer kind: "flat" | "hierarchical" |
-        # "sparse-flat" | "sparse-hierarchical") per bucket built:
-        # once per trace in a tf.function, every call when eager.
         self.bucket_log = collections.deque(maxlen=1024)
         devices = self.devices
         chains = [_Chain() for _ in devices]
@@ -198,12 +213,18 @@ class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
 
     @property
     def config(self):
-        """The `ReduceConfig`. Assigning another applies it to the buckets
-        built from then on (in a `tf.function`: at its next trace)."""
+        """The `ReduceConfig` these ops use (the strategy's `get_config()`
+        reads it). Assigning another applies it to the buckets built from
+        then on (in a `tf.function`: at its next trace)."""
         return self._reduce_config
 
     @config.setter
     def config(self, config):
+        if not isinstance(config, ReduceConfig):
+            raise ValueError(
+                "`config` must be a `ReduceConfig`. Received: "
+                f"config={config!r}"
+            )
         self._set_config(config, self.residuals)
 
     def _set_config(self, config, residuals):
@@ -308,7 +329,7 @@ class FusedCollectiveAllReduce(_tf_internals.CollectiveAllReduce):
                 reducer = self.reducer(dtype, wire_bytes, compress)
                 if replica_id == 0:
                     self.bucket_log.append(
-                        (len(indices), wire_bytes, reducer.kind)
+                        BucketRecord(len(indices), wire_bytes, reducer.kind)
                     )
                 buffer = reducer.reduce(buffer, bucket, replica_id, options)
                 outputs = native.unpack(

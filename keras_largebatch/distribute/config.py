@@ -2,7 +2,8 @@
 
 `ReduceConfig` holds them, with their defaults, and checks them when it is
 made. The strategy builds one from its keyword arguments and hands it to
-its cross-device ops; its `get_config()` is the config's. Importing this
+its cross-device ops, which read every setting from it (`config`, also
+assignable); the strategy's `get_config()` is the ops' config's. Importing this
 module needs no TensorFlow (the training command's flags read the
 defaults); checking `compression` imports it.
 """

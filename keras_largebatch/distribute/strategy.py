@@ -34,6 +34,16 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     still multiplied by the loss scale; every replica then unscales and
     checks the same sum (see `LARSMixed.all_reduce_scaled_gradients`).
 
+    In a `tf.function` (Keras' `fit`) it reduces without `merge_call`, as
+    TensorFlow's strategies do under XLA on GPUs: every replica all-reduces
+    its gradients through these cross-device ops itself, and Keras'
+    optimizers update variables in the replica context. So a `cond` may
+    reduce in a branch: Keras' `gradient_accumulation_steps` works under
+    it (TensorFlow's own strategy refuses the `merge_call` in the update
+    branch). Keras' optimizers sum the gradients once per update, in that
+    branch; `LARSMixed` and `LAMBMixed` every micro-batch, before their
+    finiteness check.
+
     Use it like TensorFlow's: create it first thing in the program (before
     any other TensorFlow op), then build and compile the model in its
     `scope()` and call `fit`, `evaluate` or `predict`. Keras 3's trainers
@@ -57,7 +67,9 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     and date, and nowhere else).
 
     The settings are held by one `config.ReduceConfig`, which the
-    cross-device ops share. Each bucket is reduced by one reducer
+    cross-device ops read them from (`cross_device_ops.config`; assigning
+    another there changes them, and `get_config()` reports what they use).
+    Each bucket is reduced by one reducer
     (`reducers.FlatReducer`, `reducers.HierarchicalReducer`,
     `topk.TopKReducer`); see docs/distributed.md.
 
@@ -119,7 +131,6 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             topk_error_feedback=topk_error_feedback,
         )
         super().__init__(cluster_resolver, communication_options)
-        self._reduce_config = config
         nodes = all_reduce.node_of_tasks(
             _tf_internals.cluster_spec(self), config.workers_per_node
         )
@@ -134,6 +145,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             )
 
         _tf_internals.replace_cross_device_ops(self, build)
+        _tf_internals.reduce_without_merge_call(self)
 
     @property
     def cross_device_ops(self):
@@ -169,8 +181,9 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         return super().reduce(reduce_op, value, axis)
 
     def get_config(self):
-        """The constructor's keyword arguments (not the cluster)."""
-        return self._reduce_config.get_config()
+        """The constructor's keyword arguments (not the cluster), as the
+        cross-device ops use them now."""
+        return self.cross_device_ops.config.get_config()
 
 
 def _rank(value):

@@ -101,7 +101,12 @@ class LAMB(layerwise.LayerwiseOptimizer):
         t = ops.cast(self.iterations + 1, "float32")
         return 1.0 - ops.power(self.beta_1, t), 1.0 - ops.power(self.beta_2, t)
 
-    def update_step(self, gradient, variable, learning_rate):
+    fused_paths = {"torch": "keras_largebatch.optimizers.torch_lamb"}
+
+    def update_step(
+        self, gradient, variable, learning_rate,
+        gradient_step=layerwise.PLAIN_STEP,
+    ):
         rule = self.rule_for(variable)
         if not rule.updated:
             return
@@ -110,8 +115,8 @@ class LAMB(layerwise.LayerwiseOptimizer):
         lr = ops.cast(learning_rate, "float32")
         index = self._get_variable_index(variable)
         m, v = self.momentums[index], self.velocities[index]
-        if not self.gradient_step.unscaled:
-            g = ops.multiply(g, self.gradient_step.inverse_scale)
+        if not gradient_step.unscaled:
+            g = ops.multiply(g, gradient_step.inverse_scale)
         # In place, as Keras' Adam: m += (1 - beta_1) * (g - m), and so v.
         self.assign_add(m, ops.multiply(ops.subtract(g, m), 1.0 - self.beta_1))
         self.assign_add(

@@ -34,6 +34,11 @@ class LAMBMixed(mixed.MixedOptimizer):
         trust_clip: As `LAMB`.
         initial_scale: Float > 0, the initial loss scale. Defaults to `2**15`.
         dynamic_growth_steps: Int >= 1. Defaults to `2000`.
+        dynamic: Bool, as Keras' `LossScaleOptimizer` takes it. `True`: the
+            loss scale halves on a skipped step and doubles after
+            `dynamic_growth_steps` finite ones. `False`: it stays
+            `initial_scale` (a fixed scale); a step with non-finite
+            gradients is still skipped. Defaults to `True`.
         name: The optimizer's name. Defaults to `None`: a unique name from
             the class, `"lamb_mixed"`, `"lamb_mixed_1"`, ...
         **kwargs: Other arguments of the inner `LAMB` (`clipnorm`,
@@ -58,6 +63,7 @@ class LAMBMixed(mixed.MixedOptimizer):
         trust_clip=False,
         initial_scale=2.0**15,
         dynamic_growth_steps=2000,
+        dynamic=True,
         name=None,
         **kwargs,
     ):
@@ -76,5 +82,6 @@ class LAMBMixed(mixed.MixedOptimizer):
             ),
             initial_scale,
             dynamic_growth_steps,
+            dynamic,
             name,
         )

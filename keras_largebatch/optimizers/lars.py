@@ -96,7 +96,13 @@ class LARS(layerwise.LayerwiseOptimizer):
         if self.momentum:
             self.momentums = [self.add_slot(s, "momentum") for s in sources]
 
-    def update_step(self, gradient, variable, learning_rate):
+    fused_paths = {"torch": "keras_largebatch.optimizers.torch_lars"}
+    reads_gradient_norms = True
+
+    def update_step(
+        self, gradient, variable, learning_rate,
+        gradient_step=layerwise.PLAIN_STEP,
+    ):
         rule = self.rule_for(variable)
         if not rule.updated:
             return
@@ -104,10 +110,10 @@ class LARS(layerwise.LayerwiseOptimizer):
         g = ops.cast(layerwise.densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
         wd = self.weight_decay if rule.decayed else 0.0
-        g_scale = self.gradient_step.inverse_scale  # None: g is unscaled
+        g_scale = gradient_step.inverse_scale  # None: g is unscaled
         if rule.adapted:
             w_norm = layerwise.norm(w)
-            known = self.known_squared_norm(variable)
+            known = self.known_squared_norm(variable, gradient_step)
             g_norm = layerwise.norm(g) if known is None else ops.sqrt(known)
             if g_scale is not None:
                 g_norm = g_norm * g_scale

@@ -40,13 +40,19 @@ class LARSMixed(mixed.MixedOptimizer):
         exclude_from_weight_decay, exclude_from_layer_adaptation: As `LARS`.
         initial_scale: Float > 0, the initial loss scale. Defaults to `2**15`.
         dynamic_growth_steps: Int >= 1. Defaults to `2000`.
+        dynamic: Bool, as Keras' `LossScaleOptimizer` takes it. `True`: the
+            loss scale halves on a skipped step and doubles after
+            `dynamic_growth_steps` finite ones. `False`: it stays
+            `initial_scale` (a fixed scale); a step with non-finite
+            gradients is still skipped. Defaults to `True`.
         name: The optimizer's name. Defaults to `None`: a unique name from
             the class, `"lars_mixed"`, `"lars_mixed_1"`, ...
         **kwargs: Other arguments of the inner `LARS` (`clipnorm`,
             `global_clipnorm`, `gradient_accumulation_steps`, ...), except
-            `loss_scale_factor`: the loss scale is dynamic, and a fixed
-            factor raises a `ValueError` (Keras' `LossScaleOptimizer` would
-            silently drop it).
+            `loss_scale_factor`: the loss scale is this optimizer's
+            (`initial_scale`, `dynamic`), and a fixed factor raises a
+            `ValueError` (Keras' `LossScaleOptimizer` would silently drop
+            it).
 
     References:
         - Jia et al., 2018, arXiv:1807.11205.
@@ -66,6 +72,7 @@ class LARSMixed(mixed.MixedOptimizer):
         exclude_from_layer_adaptation=None,
         initial_scale=2.0**15,
         dynamic_growth_steps=2000,
+        dynamic=True,
         name=None,
         **kwargs,
     ):
@@ -84,5 +91,6 @@ class LARSMixed(mixed.MixedOptimizer):
             ),
             initial_scale,
             dynamic_growth_steps,
+            dynamic,
             name,
         )

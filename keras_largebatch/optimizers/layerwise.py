@@ -1,7 +1,8 @@
 """What LARS and LAMB share: which variables are decayed and adapted, float32
 slots named from the variable's path, coupled weight decay, the per-step
-values a mixed-precision wrapper hands the rule, and the backend's fused
-path (the argument checks are `keras_largebatch._shared`'s).
+values a mixed-precision wrapper hands the rule (as an argument, down to
+`update_step`), and the lookup of a rule's fused backend path (the argument
+checks are `keras_largebatch._shared`'s).
 
 `decayed(w)` and `adapted(w)` are decided once, at `build`, from the Keras
 variable (`keras_largebatch.decay`): kernels only, minus the variables whose
@@ -9,9 +10,9 @@ variable (`keras_largebatch.decay`): kernels only, minus the variables whose
 minus Keras' own `exclude_from_weight_decay(var_list=..., var_names=...)`.
 """
 
-import contextlib
 import dataclasses
 import functools
+import importlib
 import types
 from typing import Any
 from typing import Mapping
@@ -55,6 +56,11 @@ class GradientStep:
         reduced: the gradients are already summed across replicas (under
             `tf.distribute`, the wrapper sums them while loss-scaled), so the
             rule does not all-reduce them again.
+        counted: the rule adds 1 to its `iterations` counter after the
+            step. False: the wrapper counts the step itself, outside the
+            `cond` that skips non-finite steps (a `tf.distribute` strategy
+            without `merge_call` cannot update that counter, whose value is
+            the first replica's, inside a `cond`).
     """
 
     inverse_scale: Any = None
@@ -62,6 +68,7 @@ class GradientStep:
         default_factory=lambda: types.MappingProxyType({})
     )
     reduced: bool = False
+    counted: bool = True
 
     @property
     def unscaled(self):
@@ -69,41 +76,28 @@ class GradientStep:
         return self.inverse_scale is None
 
 
-_PLAIN_STEP = GradientStep()
-
-
-class _StepInProgress:
-    """The `GradientStep` of a rule's `apply` in progress, for its
-    `update_step`, whose Keras signature `(gradient, variable,
-    learning_rate)` has no argument for it.
-
-    Not thread-local: under `tf.distribute` the updates may run on another
-    thread than `apply` (`merge_call`). Replica threads of one step may
-    overlap; the last one out restores the plain step.
-    """
-
-    def __init__(self):
-        self.step = _PLAIN_STEP
-
-    @contextlib.contextmanager
-    def holding(self, step):
-        self.step = step
-        try:
-            yield
-        finally:
-            if self.step is step:
-                self.step = _PLAIN_STEP
+PLAIN_STEP = GradientStep()
+"""Unscaled gradients, no known norms, not yet summed across replicas: what
+a rule assumes when Keras' own `apply` calls it."""
 
 
 class LayerwiseOptimizer(keras.optimizers.Optimizer):
-    """Base of `LARS` and `LAMB`; subclasses define `_build_slots` and
-    `update_step`.
+    """Base of `LARS` and `LAMB`; subclasses define `_build_slots`,
+    `update_step` and, where a backend has a fused update of the whole step,
+    `fused_paths`.
 
     `apply` takes, besides Keras' arguments, the `GradientStep` a
-    mixed-precision wrapper computed for these gradients; `update_step`
-    reads it as `self.gradient_step`. A backend's fused update of the whole
-    step, where there is one, is looked up by `fused_update_step`.
+    mixed-precision wrapper computed for these gradients, and hands it down
+    as an argument to `update_step(gradient, variable, learning_rate,
+    gradient_step)` (Keras' own calls leave it at `PLAIN_STEP`).
     """
+
+    fused_paths = types.MappingProxyType({})
+    """Backend name -> the module of the rule's fused update on that
+    backend, whose `update_step(optimizer, grads, variables, learning_rate,
+    gradient_step)` replaces the per-variable loop. Imported on first use
+    (it imports the backend's framework); inherited by subclasses, as
+    Keras' `TorchOptimizer.__new__` is not."""
 
     def __init__(
         self,
@@ -133,19 +127,21 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         self.exclude_from_layer_adaptation_patterns = _as_list(
             exclude_from_layer_adaptation
         )
-        self._in_progress = _StepInProgress()
+
+    reads_gradient_norms = False
+    """Whether `update_step` reads each gradient's norm (and so takes the
+    `squared_norms` of a `GradientStep` instead of reading it again)."""
+
+    saved_by_wrapper = False
+    """Set by a mixed wrapper on its rule: the wrapper saves the rule's
+    variables with its own, keyed (`checkpoint`), and the rule's own store
+    stays empty so that no other optimizer reads them by position."""
 
     use_fused_path = True
     """Use the backend's fused update where there is one.
 
     Looked up through the class's ancestors, so subclasses keep it; tests
     set it to False to check the fused paths against the generic one."""
-
-    @property
-    def gradient_step(self):
-        """The `GradientStep` of the `apply` in progress (a plain one, with
-        unscaled gradients and no known norms, outside a wrapper's call)."""
-        return self._in_progress.step
 
     def apply(self, grads, trainable_variables=None, gradient_step=None):
         """Keras' `apply`, given what a mixed-precision wrapper computed.
@@ -154,14 +150,97 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             grads, trainable_variables: As `keras.optimizers.Optimizer.apply`.
             gradient_step: Optional `GradientStep`: the inverse loss scale
                 still in `grads`, their squared norms, whether they are
-                already summed across replicas. Held for this call only
-                (Keras' `update_step(gradient, variable, learning_rate)` has
-                no argument for it).
+                already summed across replicas. Handed down as an argument
+                to `update_step`. With an inverse scale, the rule must
+                neither clip nor accumulate gradients (those need unscaled
+                values).
         """
-        if gradient_step is None:
+        if gradient_step is None or _is_plain(gradient_step):
             return super().apply(grads, trainable_variables)
-        with self._in_progress.holding(gradient_step):
-            return super().apply(grads, trainable_variables)
+        if not gradient_step.unscaled and clips_or_accumulates(self):
+            raise ValueError(
+                "A `gradient_step` with an `inverse_scale` needs unscaled "
+                f"gradients: {type(self).__name__} clips or accumulates "
+                "them. Received: gradient_step.inverse_scale="
+                f"{gradient_step.inverse_scale}"
+            )
+        if trainable_variables is None:
+            trainable_variables = self._trainable_variables
+        variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(variables)
+            self.built = True
+        self._check_variables_are_known(variables)
+        with keras.name_scope(self.name, caller=self):
+            grads, variables = self._filter_empty_gradients(grads, variables)
+            grads, variables = (
+                self._overwrite_variables_directly_with_gradients(
+                    grads, variables
+                )
+            )
+            if grads:
+                if self.loss_scale_factor is not None:
+                    grads = [
+                        g if g is None else g / self.loss_scale_factor
+                        for g in grads
+                    ]
+                self._apply_gradients(grads, variables, gradient_step)
+                for variable in variables:
+                    if variable.constraint is not None:
+                        variable.assign(variable.constraint(variable))
+        if gradient_step.counted:
+            self._iterations.assign_add(1)
+
+    def _apply_gradients(self, grads, variables, gradient_step):
+        """Keras' `_backend_apply_gradients` with `gradient_step` handed to
+        `_backend_update_step`. Accumulation (reached on TensorFlow only,
+        with gradients the wrapper summed across replicas and unscaled) is
+        Keras' own `cond`; the EMA overwrite is a `where`, as Keras' JAX
+        optimizer does it, so that a stateless trace can run it."""
+        steps = self.gradient_accumulation_steps
+        if steps:
+            update = ops.equal((self._iterations + 1) % steps, 0)
+            accumulators = [
+                self._accumulated_gradients[self._get_variable_index(v)]
+                for v in variables
+            ]
+
+            def apply_average():
+                averages = [
+                    (g + a) / steps for g, a in zip(grads, accumulators)
+                ]
+                self._backend_update_step(
+                    self._clip_gradients(averages), variables,
+                    self.learning_rate, gradient_step,
+                )
+                self._backend_reset_gradient_accumulators()
+
+            ops.cond(
+                update,
+                apply_average,
+                lambda: self._backend_increment_gradient_accumulators(
+                    grads, accumulators
+                ),
+            )
+        else:
+            self._backend_update_step(
+                self._clip_gradients(grads), variables, self.learning_rate,
+                gradient_step,
+            )
+        if self.use_ema:
+            self._update_model_variables_moving_average(
+                self._trainable_variables
+            )
+            if self.ema_overwrite_frequency:
+                overwrite = ops.equal(
+                    (self.iterations + 1) % self.ema_overwrite_frequency, 0
+                )
+                for variable, average in zip(
+                    self._trainable_variables,
+                    self._model_variables_moving_average,
+                ):
+                    variable.assign(ops.where(overwrite, average, variable))
 
     def build(self, variables):
         self._build_for(variables, variables)
@@ -205,10 +284,11 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         """The `VariableRule` of a built variable."""
         return self._rules[self._var_key(variable)]
 
-    def known_squared_norm(self, variable):
+    def known_squared_norm(self, variable, gradient_step):
         """`sum(g ** 2)` of `variable`'s gradient in this step, scaled like
-        the gradient, as the wrapper handed it; None if it did not."""
-        return self.gradient_step.squared_norms.get(self._var_key(variable))
+        the gradient, as the wrapper handed it in `gradient_step`; None if
+        it did not."""
+        return gradient_step.squared_norms.get(self._var_key(variable))
 
     def is_decayed(self, variable):
         """Whether the Keras `variable` gets weight decay."""
@@ -229,21 +309,56 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         # Weight decay is coupled into the update in `update_step`.
         return
 
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        # Keras' TensorFlow optimizers sum gradients across replicas here;
-        # a mixed wrapper has summed them already (loss-scaled).
-        if self.gradient_step.reduced:
-            return list(grads_and_vars)
-        return super()._all_reduce_sum_gradients(grads_and_vars)
-
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    def _backend_update_step(
+        self, grads, trainable_variables, learning_rate,
+        gradient_step=PLAIN_STEP,
+    ):
         fused = fused_update_step(self) if self.use_fused_path else None
-        if fused is None:
-            super()._backend_update_step(
-                grads, trainable_variables, learning_rate
+        if fused is not None:
+            fused(self, grads, trainable_variables, learning_rate,
+                  gradient_step)
+        elif keras.backend.backend() == "tensorflow":
+            self._tensorflow_update_step(
+                grads, trainable_variables, learning_rate, gradient_step
             )
         else:
-            fused(self, grads, trainable_variables, learning_rate)
+            for g, v in zip(grads, trainable_variables):
+                self.update_step(g, v, learning_rate, gradient_step)
+
+    def _tensorflow_update_step(self, grads, variables, learning_rate, step):
+        """Keras' TensorFlow `_backend_update_step`, `step` handed on: the
+        gradients are summed across replicas unless a wrapper summed them
+        already (`step.reduced`), then each variable is updated in the
+        strategy's update context."""
+        from keras_largebatch import _tf_internals
+
+        pairs = [
+            (g, v.value if isinstance(v, keras.Variable) else v)
+            for g, v in zip(grads, variables)
+        ]
+        if not step.reduced:
+            pairs = self._all_reduce_sum_gradients(pairs)
+
+        def update_all(distribution, pairs, learning_rate):
+            for g, v in pairs:
+                distribution.extended.update(
+                    v,
+                    lambda v, g, lr: self.update_step(g, v, lr, step),
+                    args=(g, learning_rate),
+                    group=False,
+                )
+
+        _tf_internals.maybe_merge_call(
+            update_all, self._distribution_strategy, pairs, learning_rate
+        )
+
+    def save_own_variables(self, store):
+        if not self.saved_by_wrapper:
+            super().save_own_variables(store)
+
+    def load_own_variables(self, store):
+        if not self.saved_by_wrapper:
+            super().load_own_variables(store)
 
     def get_config(self):
         config = super().get_config()
@@ -261,36 +376,15 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         return config
 
 
-def _torch_fused_modules():
-    from keras_largebatch.optimizers import torch_lamb
-    from keras_largebatch.optimizers import torch_lars
-    from keras_largebatch.optimizers.lamb import LAMB
-    from keras_largebatch.optimizers.lars import LARS
-
-    return {LARS: torch_lars, LAMB: torch_lamb}
-
-
-# Keras picks a backend's optimizer subclass by class
-# (`TorchOptimizer.__new__`); here each backend maps rule classes to the
-# module of their fused update, loaded on first use (it imports the
-# backend's framework).
-_FUSED_MODULES = {"torch": _torch_fused_modules}
-
-
-@functools.cache
-def _fused_modules(backend):
-    return _FUSED_MODULES.get(backend, dict)()
-
-
 def fused_update_step(optimizer):
-    """The current backend's fused update for `optimizer`'s rule (its class
-    or the nearest ancestor with one), `update_step(optimizer, grads,
-    variables, learning_rate)`, or None."""
-    modules = _fused_modules(keras.backend.backend())
-    for cls in type(optimizer).__mro__:
-        if cls in modules:
-            return modules[cls].update_step
-    return None
+    """The current backend's fused update for `optimizer`'s rule, as its
+    class (or the nearest ancestor) declares it in `fused_paths`,
+    `update_step(optimizer, grads, variables, learning_rate,
+    gradient_step)`, or None."""
+    module = type(optimizer).fused_paths.get(keras.backend.backend())
+    if module is None:
+        return None
+    return importlib.import_module(module).update_step
 
 
 def norm(x):
@@ -358,6 +452,20 @@ def densify(gradient):
 def _is_updatable(variable):
     dtype = keras.backend.standardize_dtype(variable.dtype)
     return variable.trainable and keras.backend.is_float_dtype(dtype)
+
+
+def _is_plain(step):
+    return (step.unscaled and not step.squared_norms and not step.reduced
+            and step.counted)
+
+
+def clips_or_accumulates(optimizer):
+    """Whether `optimizer` clips or accumulates gradients (which then must
+    arrive unscaled)."""
+    return bool(
+        optimizer.clipnorm or optimizer.clipvalue or optimizer.global_clipnorm
+        or optimizer.gradient_accumulation_steps
+    )
 
 
 def _as_list(patterns):

@@ -28,6 +28,7 @@ from keras_largebatch import decay
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
+from keras_largebatch.optimizers import checkpoint
 from keras_largebatch.optimizers import layerwise
 
 _LOW_PRECISION = ("float16", "bfloat16")
@@ -40,7 +41,9 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
     Of Keras' `LossScaleOptimizer` it keeps the constructor, the loss-scale
     state (`dynamic_scale`, `step_counter`), `scale_loss` and the
     properties, and overrides public methods only: `build`, `apply`,
-    `stateless_apply`, `check_finite`, saving and the config.
+    `stateless_apply`, `check_finite`, saving and the config. With
+    `dynamic=False` the scale stays `initial_scale`. Its checkpoint is one
+    store keyed by its layout, `mixed_state` (`checkpoint`).
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         inner_kwargs,
         initial_scale,
         dynamic_growth_steps,
+        dynamic,
         name,
     ):
         value = inner_kwargs.get("loss_scale_factor")
@@ -58,14 +62,19 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         )
         check_number("initial_scale", initial_scale, lambda x: x > 0, "> 0")
         check_int("dynamic_growth_steps", dynamic_growth_steps, 1)
+        require(isinstance(dynamic, bool), "dynamic", dynamic, "a bool")
         # An explicit inner name takes no unique name from users' optimizers.
         inner = inner_class(name=inner_class.__name__.lower(), **inner_kwargs)
+        inner.saved_by_wrapper = True
         super().__init__(
             inner,
             initial_scale=float(initial_scale),
             dynamic_growth_steps=dynamic_growth_steps,
             name=name,
         )
+        self.dynamic = dynamic
+        # The checkpoint's one store (`checkpoint`): saving finds it here.
+        setattr(self, checkpoint.ATTRIBUTE, checkpoint.OptimizerState(self))
 
     def build(self, var_list):
         if self.built:
@@ -93,22 +102,12 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         keras.optimizers.Optimizer.build(self, var_list)
 
     def save_own_variables(self, store):
-        # `variables` lists the inner optimizer's too, which the saver
-        # stores under `inner_optimizer/`: only the loss-scale state and the
-        # masters are this optimizer's own.
-        for i, variable in enumerate(self._variables):
-            store[str(i)] = keras.ops.convert_to_numpy(variable)
+        """Writes nothing: the whole state goes to `mixed_state`, keyed by
+        its layout (`checkpoint`), where no other optimizer reads it."""
 
     def load_own_variables(self, store):
-        # A store may also hold the inner optimizer's variables after this
-        # one's, as `LossScaleOptimizer` saves them: those are read from
-        # `inner_optimizer/`.
-        if len(store.keys()) not in (
-            len(self._variables), len(self.variables)
-        ):
-            return super().load_own_variables(store)  # Warns and skips.
-        for i, variable in enumerate(self._variables):
-            variable.assign(store[str(i)])
+        """Reads nothing: `mixed_state` loads the whole state where its
+        layout matches, and otherwise skips it with Keras' warning."""
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         self.inner_optimizer.exclude_from_weight_decay(var_list, var_names)
@@ -119,11 +118,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
     def _folds_unscaling(self):
         """Whether the inner rule may see loss-scaled gradients, with
         `1 / loss_scale` folded in: not if it clips or accumulates them."""
-        inner = self.inner_optimizer
-        return not (
-            inner.clipnorm or inner.clipvalue or inner.global_clipnorm
-            or inner.gradient_accumulation_steps
-        )
+        return not layerwise.clips_or_accumulates(self.inner_optimizer)
 
     def apply(self, grads, trainable_variables=None):
         """One step: the rule on the masters if every gradient is finite,
@@ -188,12 +183,19 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             raise ValueError("apply() must be called in a replica context.")
         grads = self.all_reduce_scaled_gradients(grads)
         if _tf_internals.strategy_supports_no_merge_call():
+            # The rule's step counter holds the first replica's value, which
+            # such a strategy updates by `merge_call`, refused in a `cond`:
+            # it counts a finite step here, after the `cond`.
             finite, squares = self._finite_and_squares(grads)
             ops.cond(
                 finite,
-                lambda: self._apply_finite(grads, variables, squares),
+                lambda: self._apply_finite(
+                    grads, variables, squares, counted=False
+                ),
                 self._skip,
             )
+            counter = self.inner_optimizer._iterations
+            counter.assign_add(ops.cast(finite, counter.dtype))
             return
 
         def cross_replica(distribution, grads, variables):
@@ -222,7 +224,12 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         grads = [
             None if g is None else ops.cast(g, "float32") for g in grads
         ]
-        if self._folds_unscaling():
+        # Folding `1 / loss_scale` into the rule saves a write of each
+        # gradient where the rule takes the squared norms of the check (its
+        # gradient norms); otherwise unscaling in place in the check's pass
+        # saves the rule a scaled copy.
+        inner = self.inner_optimizer
+        if self._folds_unscaling() and inner.reads_gradient_norms:
             finite, squares = self._finite_and_squares(grads)
             unscaled = False
         else:
@@ -260,18 +267,20 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         squares."""
         return self._finite_and_squares(grads)[0]
 
-    def _apply_finite(self, grads, variables, squares=None, unscaled=False):
+    def _apply_finite(self, grads, variables, squares=None, unscaled=False,
+                      counted=True):
         """The rule on the masters of `variables`, then the scale doubles
         after `dynamic_growth_steps` finite steps.
 
         `squares` are the squared norms `_finite_and_squares` returned;
-        `unscaled` says the gradients were unscaled in place already.
+        `unscaled` says the gradients were unscaled in place already;
+        `counted=False` leaves the rule's step counter to the caller.
         """
         targets = [self._target(v) for v in variables]
         # Under tf.distribute the loss-scaled gradients were summed first.
         reduced = keras.backend.backend() == "tensorflow"
         if unscaled:
-            step = layerwise.GradientStep(reduced=reduced)
+            step = layerwise.GradientStep(reduced=reduced, counted=counted)
         elif self._folds_unscaling():
             step = layerwise.GradientStep(
                 inverse_scale=ops.divide(1.0, self.dynamic_scale.value),
@@ -282,6 +291,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
                     if s is not None
                 },
                 reduced=reduced,
+                counted=counted,
             )
         else:
             inverse = ops.divide(1.0, self.dynamic_scale.value)
@@ -290,7 +300,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
                 else ops.multiply(ops.cast(g, "float32"), inverse)
                 for g, v in zip(grads, variables)
             ]
-            step = layerwise.GradientStep(reduced=reduced)
+            step = layerwise.GradientStep(reduced=reduced, counted=counted)
         for v, master in zip(variables, targets):
             if master is not v:
                 # Re-sync a master whose variable was set from outside.
@@ -306,6 +316,8 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         for v, master in zip(variables, targets):
             if master is not v:
                 v.assign(ops.cast(master, v.dtype))
+        if not self.dynamic:
+            return
         # No cond: branches that assign cannot be traced statelessly (JAX).
         counter, scale = self.step_counter.value, self.dynamic_scale.value
         grow = ops.equal(counter, self.dynamic_growth_steps - 1)
@@ -315,7 +327,10 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         )
 
     def _skip(self):
-        """No update: half the loss scale, and the growth count restarts."""
+        """No update: half the loss scale (if `dynamic`), and the growth
+        count restarts."""
+        if not self.dynamic:
+            return
         self.step_counter.assign(0)
         self.dynamic_scale.assign(ops.multiply(self.dynamic_scale, 0.5))
 
@@ -366,6 +381,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             name=self.name,
             initial_scale=self.initial_scale,
             dynamic_growth_steps=self.dynamic_growth_steps,
+            dynamic=self.dynamic,
         )
         return config
 

@@ -3,14 +3,19 @@
 Same arithmetic as `LAMB.update_step`, batched over all float32 variables,
 in place except for one buffer the size of the model that holds `r`:
 
+    g = g / loss_scale           (where a caller folds it in: a 2nd buffer)
     m = beta_1 * m + (1 - beta_1) * g;  v = beta_2 * v + (1 - beta_2) * g**2
-                                 (g times 1 / loss_scale under loss scaling)
     r = m / (sqrt(v) * c1 / sqrt(c2) + epsilon * c1)   # = m_hat / (sqrt(v_hat) + eps)
     r += wd * w                  (decayed variables)
     w -= lr * trust * r          (trust from the two norm vectors)
 
-with `c1, c2 = 1 - beta_1**t, 1 - beta_2**t`. Variables of other dtypes go
-through the per-variable path.
+with `c1, c2 = 1 - beta_1**t, 1 - beta_2**t`. Every scalar that depends on
+the step (the learning rate, `1 / loss_scale`, the bias corrections) stays a
+device tensor: nothing waits for the device. The mixed wrappers hand this
+path unscaled gradients on torch (unscaled in place, in one pass with the
+finiteness check), so the division by the loss scale here runs only for a
+caller that folds it. Variables of other dtypes go through the per-variable
+path.
 """
 
 import keras
@@ -20,12 +25,12 @@ from keras_largebatch.optimizers import torch_foreach
 
 
 @torch.no_grad()
-def update_step(optimizer, grads, variables, learning_rate):
+def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     """`LAMB.update_step` for every variable of the step, `optimizer` a
-    `LAMB` (its `gradient_step` read as `LAMB.update_step` reads it)."""
+    `LAMB`, `gradient_step` the `layerwise.GradientStep` it would get."""
     fused, others = torch_foreach.split(optimizer, grads, variables)
     for g, v in others:
-        optimizer.update_step(g, v, learning_rate)
+        optimizer.update_step(g, v, learning_rate, gradient_step)
     if not fused:
         return
     grads = [g for g, _, _ in fused]
@@ -41,14 +46,15 @@ def update_step(optimizer, grads, variables, learning_rate):
         for c in optimizer.bias_corrections()
     )
 
-    inverse = optimizer.gradient_step.inverse_scale  # None: unscaled
-    inverse = 1.0 if inverse is None else float(inverse)
+    inverse = gradient_step.inverse_scale  # None: unscaled
+    if inverse is not None:
+        # A device tensor: as a Python number it would sync with the host.
+        inverse = keras.ops.convert_to_tensor(inverse).to(device)
+        grads = torch._foreach_mul(grads, inverse)
     torch._foreach_mul_(ms, optimizer.beta_1)
-    torch._foreach_add_(ms, grads, alpha=(1.0 - optimizer.beta_1) * inverse)
+    torch._foreach_add_(ms, grads, alpha=1.0 - optimizer.beta_1)
     torch._foreach_mul_(vs, optimizer.beta_2)
-    torch._foreach_addcmul_(
-        vs, grads, grads, value=(1.0 - optimizer.beta_2) * inverse**2
-    )
+    torch._foreach_addcmul_(vs, grads, grads, value=1.0 - optimizer.beta_2)
     r = torch._foreach_sqrt(vs)
     torch._foreach_mul_(r, c1 / c2.sqrt())
     torch._foreach_add_(r, optimizer.epsilon * c1)

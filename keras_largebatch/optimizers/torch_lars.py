@@ -26,12 +26,12 @@ from keras_largebatch.optimizers import torch_foreach
 
 
 @torch.no_grad()
-def update_step(optimizer, grads, variables, learning_rate):
+def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     """`LARS.update_step` for every variable of the step, `optimizer` a
-    `LARS` (its `gradient_step` read as `LARS.update_step` reads it)."""
+    `LARS`, `gradient_step` the `layerwise.GradientStep` it would get."""
     fused, others = torch_foreach.split(optimizer, grads, variables)
     for g, v in others:
-        optimizer.update_step(g, v, learning_rate)
+        optimizer.update_step(g, v, learning_rate, gradient_step)
     if not fused:
         return
     grads = [g for g, _, _ in fused]
@@ -47,9 +47,10 @@ def update_step(optimizer, grads, variables, learning_rate):
 
     w_norm = torch_foreach.norms(weights)
     g_norm = torch_foreach.norms(
-        grads, [optimizer.known_squared_norm(v) for v in keras_vars]
+        grads,
+        [optimizer.known_squared_norm(v, gradient_step) for v in keras_vars],
     )
-    inverse = optimizer.gradient_step.inverse_scale  # None: unscaled
+    inverse = gradient_step.inverse_scale  # None: unscaled
     if inverse is not None:
         inverse = keras.ops.convert_to_tensor(inverse).to(device)
         g_norm = g_norm * inverse

@@ -104,10 +104,12 @@ def test_get_config_covers_every_keyword_argument():
         ).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     ]
-    fake = types.SimpleNamespace(_reduce_config=ReduceConfig(
-        fusion_threshold_bytes=1, hierarchical_threshold_bytes=2,
-        compression="fp16", workers_per_node=3, topk_density=0.25,
-        topk_error_feedback=False,
+    fake = types.SimpleNamespace(cross_device_ops=types.SimpleNamespace(
+        config=ReduceConfig(
+            fusion_threshold_bytes=1, hierarchical_threshold_bytes=2,
+            compression="fp16", workers_per_node=3, topk_density=0.25,
+            topk_error_feedback=False,
+        )
     ))
     config = MultiWorkerMirroredStrategy.get_config(fake)
     assert sorted(config) == sorted(keyword)

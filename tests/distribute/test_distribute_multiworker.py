@@ -112,6 +112,30 @@ def test_two_workers_fit_like_one_process_in_float32_and_fp16(
     assert not np.array_equal(r["w1"], r["then_w1"])
 
 
+def test_two_workers_accumulate_gradients_like_one_process(tmp_path):
+    # Keras' accumulation is a `cond` whose update branch all-reduces (SGD)
+    # or updates the rule (the mixed optimizers sum every micro-batch):
+    # the strategy does both without `merge_call`, refused in a branch.
+    names = ["sgd", "lars_mixed", "lamb_mixed"]
+    args = {"evaluate": False,
+            "accumulation": {"steps": 2, "optimizers": names}}
+    results = _run_job(2, dict(args, strategy={}), tmp_path, "accumulate")
+    out = str(tmp_path / "accumulate_single.npz")
+    subprocess.run(
+        [sys.executable, WORKER, json.dumps(dict(args, out=out,
+                                                 strategy=None))],
+        env=_env(), check=True, timeout=JOB_TIMEOUT, capture_output=True,
+    )
+    single = dict(np.load(out))
+    for name in names:
+        prefix = f"{name}_"
+        _assert_identical(results, prefix)
+        for x, y in zip(_weights(results[0], prefix), _weights(single, prefix)):
+            np.testing.assert_allclose(x, y, rtol=0, atol=ATOL_FLOAT32)
+        # The package's fused all-reduce summed the four gradients.
+        assert [4, 780] in results[0][f"{prefix}buckets"].tolist()
+
+
 def test_four_workers_as_two_nodes_hierarchical_equals_flat(single, tmp_path):
     strategy = {
         "workers_per_node": 2,

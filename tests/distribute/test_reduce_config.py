@@ -1,7 +1,9 @@
 """`ReduceConfig`: the strategy's reduce settings, their defaults and checks,
 defined once."""
 
+import dataclasses
 import inspect
+import types
 
 import keras
 import pytest
@@ -55,10 +57,34 @@ def test_bad_exact_max_elements_raises_value_error_naming_it():
         ReduceConfig(topk_exact_max_elements=-1)
 
 
-def test_cross_device_ops_take_a_config_or_its_fields_not_both():
+def test_cross_device_ops_take_their_settings_as_one_config():
     options = tf.distribute.experimental.CommunicationOptions()
-    with pytest.raises(ValueError, match="`config` or its fields"):
+    with pytest.raises(TypeError, match="fusion_threshold_bytes"):
         FusedCollectiveAllReduce(
-            ["/cpu:0"], 1, options,
-            config=ReduceConfig(), fusion_threshold_bytes=64,
+            ["/cpu:0"], 1, options, fusion_threshold_bytes=64
         )
+    with pytest.raises(ValueError, match="config=64"):
+        FusedCollectiveAllReduce(["/cpu:0"], 1, options, config=64)
+    ops = FusedCollectiveAllReduce(["/cpu:0"], 1, options)
+    assert ops.config == ReduceConfig()
+    with pytest.raises(ValueError, match="config=\\{"):
+        ops.config = {"compression": "fp16"}
+
+
+def test_get_config_reports_the_settings_the_cross_device_ops_use():
+    # A strategy's own cross-device ops (a real strategy would start
+    # TensorFlow's collectives in this process).
+    options = tf.distribute.experimental.CommunicationOptions()
+    ops = FusedCollectiveAllReduce(
+        ["/cpu:0"], 1, options,
+        config=ReduceConfig(fusion_threshold_bytes=64),
+    )
+    strategy = types.SimpleNamespace(cross_device_ops=ops)
+    get_config = MultiWorkerMirroredStrategy.get_config
+    assert get_config(strategy)["fusion_threshold_bytes"] == 64
+    ops.config = dataclasses.replace(ops.config, compression="fp16",
+                                     fusion_threshold_bytes=128)
+    assert get_config(strategy) == ops.config.get_config()
+    assert get_config(strategy)["compression"] == "fp16"
+    assert get_config(strategy)["fusion_threshold_bytes"] == 128
+    assert distribute.ReduceConfig is ReduceConfig

@@ -68,6 +68,8 @@ WORKER_CHECKS = [
     "_all_reduce_per_replica_values hook (eager)",
     "tf_all_reduce (int32, by TensorFlow's reduction)",
     "batch_reduce_implementation hook",
+    "reduce_without_merge_call (the package's strategy)",
+    "_all_reduce without merge_call (in a cond; variable aggregation)",
     "Launcher.gather (_all_gather)",
     "Launcher.broadcast (_next_instance_key, _options, _device, "
     "_group_key, _group_size)",
@@ -106,6 +108,23 @@ def test_strategy_supports_no_merge_call_answers_inside_a_strategy():
     assert (outside, inside) == (True, expected), _message(
         "tf.__internal__.distribute.strategy_supports_no_merge_call",
         (outside, inside),
+    )
+
+
+def test_maybe_merge_call_runs_in_the_cross_replica_context():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    seen = []
+
+    def merged(distribution, value):
+        seen.append((distribution is strategy,
+                     tf.distribute.in_cross_replica_context(), value))
+
+    def replica_fn():
+        _tf_internals.maybe_merge_call(merged, strategy, 3)
+
+    strategy.run(replica_fn)
+    assert seen == [(True, True, 3)], _message(
+        "tf.__internal__.distribute.interim.maybe_merge_call", seen
     )
 
 

@@ -142,6 +142,15 @@ def digits_split():
     return (x[:1400], y[:1400]), (x[1400:], y[1400:])
 
 
+def epochs_in_own_order(x, y, epochs, seed):
+    """`epochs` passes over `(x, y)` end to end, each in a permutation drawn
+    from the test's own rng, for `fit(shuffle=False)`: the order that
+    `fit(shuffle=True)` draws is Keras' and changes between its versions."""
+    rng = np.random.default_rng(seed)
+    orders = np.concatenate([rng.permutation(len(x)) for _ in range(epochs)])
+    return x[orders], y[orders]
+
+
 def test_fit_converges_at_batch_1024_on_digits():
     pytest.importorskip("sklearn")
     keras.config.set_dtype_policy("mixed_float16")
@@ -163,7 +172,13 @@ def test_fit_converges_at_batch_1024_on_digits():
     )
     x_rep = np.concatenate([x] * 2)[:2048]
     y_rep = np.concatenate([y] * 2)[:2048]
-    history = model.fit(x_rep, y_rep, batch_size=1024, epochs=steps // 2, verbose=0)
-    assert history.history["loss"][-1] < history.history["loss"][0] / 4
+    x_fit, y_fit = epochs_in_own_order(x_rep, y_rep, steps // 2, seed=0)
+    before, _ = model.evaluate(x, y, verbose=0)
+    model.fit(x_fit, y_fit, batch_size=1024, shuffle=False, verbose=0)
+    after, _ = model.evaluate(x, y, verbose=0)
+    assert after < before / 4
     _, accuracy = model.evaluate(xv, yv, verbose=0)
-    assert accuracy >= 0.95
+    # This order reaches 0.9748 (JAX), 0.9849 (torch), 0.9773 (TensorFlow).
+    # Other seeds and orders reach 0.947 to 0.990, one of 56 below 0.95
+    # (docs/keras-versions.md): the bound sits under the lowest.
+    assert accuracy >= 0.94

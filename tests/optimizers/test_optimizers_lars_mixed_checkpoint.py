@@ -3,8 +3,10 @@
 import h5py
 import keras
 import numpy as np
+import pytest
 
 import keras_largebatch
+from keras_largebatch.optimizers import checkpoint
 
 
 def _trained(seed=0):
@@ -21,10 +23,13 @@ def _trained(seed=0):
 
 
 def _stored_floats(path, group):
+    """The values stored under `group`, but for the layout records."""
     total = []
     with h5py.File(path, "r") as f:
-        f[group].visititems(lambda name, obj: total.append(obj.size)
-                            if isinstance(obj, h5py.Dataset) else None)
+        f[group].visititems(
+            lambda name, obj: total.append(obj.size)
+            if isinstance(obj, h5py.Dataset) and not name.endswith("layout")
+            else None)
     return sum(total)
 
 
@@ -58,16 +63,47 @@ def test_checkpoint_restores_momentum_and_loss_scale(tmp_path):
     assert any(np.abs(m).max() > 0 for m in _momenta(other))
 
 
-def test_checkpoint_written_before_the_fix_still_loads(tmp_path,
-                                                       monkeypatch):
+def test_state_is_under_its_own_path_and_the_stock_paths_are_empty(
+        tmp_path):
     model = _trained()
-    monkeypatch.setattr(
-        keras_largebatch.LARSMixed, "save_own_variables",
-        keras.optimizers.LossScaleOptimizer.save_own_variables)
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    with h5py.File(path, "r") as f:
+        assert len(f["optimizer/vars"]) == 0
+        assert len(f.get("optimizer/inner_optimizer/vars", {})) == 0
+        state = f[f"optimizer/{checkpoint.ATTRIBUTE}/vars"]
+        assert len(state) == len(model.optimizer.variables) + 1
+
+
+@pytest.mark.parametrize("old", ["own_variables", "all_variables"])
+def test_checkpoint_in_an_earlier_layout_is_skipped_with_a_warning(
+        tmp_path, monkeypatch, old):
+    # Earlier releases wrote the wrapper's own variables (or, before that,
+    # all of them) by position under `optimizer/vars`, as a stock
+    # `LossScaleOptimizer` does: nothing tells them apart from one.
+    model = _trained()
+    lso = keras.optimizers.LossScaleOptimizer
+    if old == "own_variables":
+        monkeypatch.setattr(
+            keras_largebatch.LARSMixed, "save_own_variables",
+            lambda self, store: [
+                store.__setitem__(str(i), v.numpy())
+                for i, v in enumerate(self._variables)])
+        monkeypatch.setattr(model.optimizer.inner_optimizer,
+                            "saved_by_wrapper", False)
+    else:
+        monkeypatch.setattr(keras_largebatch.LARSMixed,
+                            "save_own_variables", lso.save_own_variables)
+    monkeypatch.setattr(checkpoint.OptimizerState, "save_own_variables",
+                        lambda self, store: None)
     path = str(tmp_path / "old.weights.h5")
     model.save_weights(path)
     monkeypatch.undo()
     other = _trained(seed=1)
-    other.load_weights(path)
-    for a, b in zip(_momenta(model), _momenta(other)):
+    before = [v.numpy() for v in other.optimizer.variables]
+    with pytest.warns(UserWarning, match="Skipping variable loading"):
+        other.load_weights(path)
+    for a, b in zip(before, [v.numpy() for v in other.optimizer.variables]):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(model.get_weights(), other.get_weights()):
         np.testing.assert_array_equal(a, b)

@@ -66,7 +66,8 @@ def step():
     x = rng.normal(size=(8 * n, 16)).astype("float32")
     y = rng.normal(size=(8 * n, 4)).astype("float32")
     model.fit(x, y, batch_size=8 * n, epochs=1, shuffle=False, verbose=0)
-    log = [(b[0], b[1]) for b in strategy.cross_device_ops.bucket_log]
+    log = [(b.tensors, b.wire_bytes)
+           for b in strategy.cross_device_ops.bucket_log]
     strategy.cross_device_ops.bucket_log.clear()
     return w0, model.get_weights(), log
 

@@ -33,6 +33,7 @@ import keras  # noqa: E402
 
 import keras_largebatch as klb  # noqa: E402
 from keras_largebatch.distribute import all_reduce  # noqa: E402
+from keras_largebatch.distribute.config import ReduceConfig  # noqa: E402
 
 DEVICES = ["/device:CPU:0", "/device:CPU:1"]
 COLLECTIVES = (
@@ -64,7 +65,7 @@ def collectives(graph, device_suffix):
 def bucket_dependencies():
     options = tf.distribute.experimental.CommunicationOptions()
     cross_device_ops = all_reduce.FusedCollectiveAllReduce(
-        DEVICES, 2, options, fusion_threshold_bytes=256
+        DEVICES, 2, options, config=ReduceConfig(fusion_threshold_bytes=256)
     )
     strategy = tf.distribute.MirroredStrategy(
         DEVICES, cross_device_ops=cross_device_ops
@@ -106,7 +107,8 @@ def hierarchy_chains():
     options = tf.distribute.experimental.CommunicationOptions()
     cross_device_ops = all_reduce.FusedCollectiveAllReduce(
         DEVICES, 4, options, task_id=0, node_of_task=(0, 1),
-        fusion_threshold_bytes=64, hierarchical_threshold_bytes=2**20,
+        config=ReduceConfig(fusion_threshold_bytes=64,
+                            hierarchical_threshold_bytes=2**20),
     )
 
     @tf.function

@@ -22,6 +22,7 @@ from tensorflow.python.distribute import cross_device_utils  # noqa: E402
 from tensorflow.python.distribute import values  # noqa: E402
 
 from keras_largebatch.distribute import FusedCollectiveAllReduce  # noqa: E402
+from keras_largebatch.distribute import ReduceConfig  # noqa: E402
 
 DEVICES = ["/device:CPU:0", "/device:CPU:1"]
 SHAPES = [(3, 4), (5,), (), (0, 2), (7, 3), (4,)]
@@ -51,7 +52,9 @@ def main():
     for compression in (None, "fp16"):
         ops = FusedCollectiveAllReduce(
             DEVICES, 2, tf.distribute.experimental.CommunicationOptions(),
-            keys, fusion_threshold_bytes=64, compression=compression,
+            keys,
+            config=ReduceConfig(fusion_threshold_bytes=64,
+                                compression=compression),
         )
         for op in (tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN):
             pairs = []
@@ -80,7 +83,7 @@ def main():
                     [np.asarray(tf.cast(v, tf.float64)).tolist() for v in r]
                     for r in result
                 ]
-                log = [b for b in ops.bucket_log if b[1] or b[0] > 1]
+                log = [b for b in ops.bucket_log if b.wire_bytes or b.tensors > 1]
                 out[f"{compression}_buckets{suffix}"] = log
                 ops.bucket_log.clear()
     print("RESULT" + json.dumps(out))

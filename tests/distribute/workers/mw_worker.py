@@ -15,6 +15,9 @@ Usage: `python mw_worker.py '<json>'`, with `TF_CONFIG` set for a worker
   `compression`) for a second, fresh model trained in the same job; its
   results are saved with the prefix `then_`;
 - `evaluate`: also run `evaluate` and `predict` (default true);
+- `accumulation`: `{"steps": k, "optimizers": [...]}`: then train a fresh
+  model per optimizer (`"sgd"`, `"lars_mixed"`, `"lamb_mixed"`) with
+  `gradient_accumulation_steps=k`; its results get the prefix `<name>_`;
 - `stop_after_epoch`: after this epoch's backup, write `<out>.ready` and
   exit (`stop_how="exit"`) or hang (`"hang"`, to be killed by the test);
   only on task `stop_task` when given.
@@ -59,7 +62,18 @@ def data():
     return x, y
 
 
-def build():
+def optimizer(name, **kwargs):
+    if name == "sgd":
+        return keras.optimizers.SGD(0.1, momentum=0.9, **kwargs)
+    if name == "lamb_mixed":
+        return keras_largebatch.LAMBMixed(0.01, weight_decay=1e-4, **kwargs)
+    return keras_largebatch.LARSMixed(
+        learning_rate=1.0, momentum=0.9, eta=0.01, weight_decay=1e-4,
+        **kwargs,
+    )
+
+
+def build(name="lars_mixed", **kwargs):
     keras.utils.set_random_seed(1)
     model = keras.Sequential(
         [
@@ -69,9 +83,7 @@ def build():
         ]
     )
     model.compile(
-        optimizer=keras_largebatch.LARSMixed(
-            learning_rate=1.0, momentum=0.9, eta=0.01, weight_decay=1e-4
-        ),
+        optimizer=optimizer(name, **kwargs),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
@@ -105,13 +117,13 @@ class Epochs(keras.callbacks.Callback):
         self.seen.append(epoch)
 
 
-def train(prefix, x, y):
+def train(prefix, x, y, *build_args, **build_kwargs):
     """Builds, fits (and evaluates, predicts) a fresh model."""
     if strategy is not None:
         with strategy.scope():
-            model = build()
+            model = build(*build_args, **build_kwargs)
     else:
-        model = build()
+        model = build(*build_args, **build_kwargs)
     epochs = Epochs()
     callbacks = [epochs]
     if ARGS.get("backup_dir"):
@@ -141,10 +153,10 @@ def train(prefix, x, y):
     if strategy is not None:
         log = strategy.cross_device_ops.bucket_log
         result[f"{prefix}paths"] = np.array(
-            sorted({path for _, _, path in log}), dtype=str
+            sorted({b.reducer for b in log}), dtype=str
         )
         result[f"{prefix}buckets"] = np.array(
-            [(n, b) for n, b, _ in log], dtype="int64"
+            [(b.tensors, b.wire_bytes) for b in log], dtype="int64"
         )
         log.clear()
     return result
@@ -159,6 +171,12 @@ def main():
         ops = strategy.cross_device_ops
         ops.config = dataclasses.replace(ops.config, **ARGS["then"])
         result.update(train("then_", x, y))
+    accumulation = ARGS.get("accumulation", {})
+    for name in accumulation.get("optimizers", ()):
+        result.update(train(
+            f"{name}_", x, y, name,
+            gradient_accumulation_steps=accumulation["steps"],
+        ))
     np.savez(ARGS["out"], **result)
 
 

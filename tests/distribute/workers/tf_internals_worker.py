@@ -21,6 +21,7 @@ tf.config.set_logical_device_configuration(
 from keras_largebatch import _tf_internals  # noqa: E402
 from keras_largebatch.distribute import MultiWorkerMirroredStrategy  # noqa: E402
 from keras_largebatch.distribute.all_reduce import FusedCollectiveAllReduce  # noqa: E402
+from keras_largebatch.distribute.config import ReduceConfig  # noqa: E402
 
 OPTIONS = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60)
 strategy = MultiWorkerMirroredStrategy(communication_options=OPTIONS)
@@ -75,7 +76,8 @@ class Recording(FusedCollectiveAllReduce):
 
 
 def hooks():
-    ops = Recording(DEVICES, 2, OPTIONS, fusion_threshold_bytes=64)
+    ops = Recording(DEVICES, 2, OPTIONS,
+                    config=ReduceConfig(fusion_threshold_bytes=64))
     mirrored = tf.distribute.MirroredStrategy(DEVICES, cross_device_ops=ops)
     x = [np.arange(6, dtype="float32").reshape(2, 3) * (d + 1)
          for d in range(2)]
@@ -128,6 +130,51 @@ def hooks():
           (Recording.calls, got))
 
 
+def no_merge_call():
+    """`reduce_without_merge_call` on the package's strategy: each replica
+    reduces through `_all_reduce`, also in a `cond`; a variable's
+    aggregation travels uncompressed. Run last: it replaces the strategy's
+    cross-device ops by a recording copy."""
+    check("reduce_without_merge_call (the package's strategy)",
+          strategy.extended._use_merge_call()
+          and not tf.function(strategy.extended._use_merge_call)(),
+          strategy.extended._use_merge_call)
+    from tensorflow.python.distribute import cross_device_utils
+
+    # A group key of its own: `hooks` used the strategy's first one.
+    keys = cross_device_utils.CollectiveKeys(group_key_start=1 << 22)
+    _tf_internals.replace_cross_device_ops(
+        strategy, lambda size, options, _: Recording(
+            strategy.extended.worker_devices, size, options, keys))
+    with strategy.scope():
+        total = tf.Variable(0.0, aggregation=tf.VariableAggregation.SUM)
+
+    @tf.function
+    def step(flag):
+        def fn():
+            ctx = tf.distribute.get_replica_context()
+            x = tf.cond(flag, lambda: ctx.all_reduce("sum", [2.0])[0],
+                        lambda: tf.constant(0.0))
+            total.assign_add(3.0)
+            return x
+
+        return strategy.run(fn)
+
+    Recording.calls.clear()
+    got = [v.numpy().tolist()
+           for v in strategy.experimental_local_results(
+               step(tf.constant(True)))]
+    # One replica here: the variable's update needs no aggregation. A
+    # variable's aggregation hands `_all_reduce` one tensor (compress=False).
+    ops = strategy.cross_device_ops
+    tf.function(lambda: ops._all_reduce("sum", tf.ones([3]), 0, OPTIONS))()
+    calls = list(Recording.calls)
+    check("_all_reduce without merge_call (in a cond; variable aggregation)",
+          got == [2.0] and total.numpy() == 3.0
+          and calls == [(0, True), (0, False)],
+          (calls, got, total.numpy()))
+
+
 def per_replica(arrays):
     """A `PerReplica` of one array per device (TensorFlow has no public
     constructor of one with chosen devices)."""
@@ -177,4 +224,5 @@ def launcher():
 strategy_internals()
 hooks()
 launcher()
+no_merge_call()
 print("RESULT" + json.dumps(RESULT))
