@@ -22,8 +22,8 @@ wall-clock rate (also reported, with the load average). Best of
 With `--fashion_mnist`, it compares instead the command's two pipelines on
 Fashion-MNIST at 28x28 with its `light` augmentation (shift and zoom),
 batches of `--batch`: tf.data (`data.batch`) and Grain with NumPy, no
-TensorFlow (`grain_data.batch`), images/s of the pipeline alone (batches
-read and dropped), best of `--repeats`; results in
+TensorFlow (`data.grain_pipeline.batch`), images/s of the pipeline alone
+(batches read and dropped), best of `--repeats`; results in
 `bench/results/input_pipeline_fashion_mnist.json`.
 
     python bench/input_pipeline.py --fashion_mnist [--batch 256]
@@ -131,7 +131,7 @@ def fashion_mnist(args):
     from keras_largebatch.train import augment
     from keras_largebatch.train import augment_numpy
     from keras_largebatch.train import data
-    from keras_largebatch.train import grain_data
+    from keras_largebatch.train.data import grain_pipeline
 
     spec = data.load("fashion_mnist", 28, channels=None)
     steps = spec.num_train // args.batch
@@ -139,7 +139,7 @@ def fashion_mnist(args):
         "tf.data": lambda: data.batch(
             spec, args.batch, augment.build("light", 28), drop_remainder=True,
             steps_per_epoch=steps)[0],
-        "grain": lambda: grain_data.batch(
+        "grain": lambda: grain_pipeline.batch(
             spec, args.batch, augment_numpy.build("light"),
             drop_remainder=True, steps_per_epoch=steps)[0],
     }

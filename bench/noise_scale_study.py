@@ -39,17 +39,13 @@ STUDY = os.path.join(RESULTS, "large_batch_study.json")
 def measure(args):
     """B_simple per epoch at `args.batch`, from fit with the callback."""
     import keras
-    from absl import flags
 
     from keras_largebatch.noise_scale import GradientNoiseScale
-    from keras_largebatch.train import flags as train_flags
     from keras_largebatch.train import main
 
     study = json.load(open(STUDY))
     a = study["args"]
-    train_flags.define_flags()
-    FLAGS = flags.FLAGS
-    FLAGS([
+    config = main.parse([
         "noise_scale_study", f"--model_dir={args.work_dir}",
         f"--model={a['model']}", f"--resnet_depth={a['depth']}",
         f"--resnet_width={a['width']}", f"--dataset={a['dataset']}",
@@ -63,16 +59,17 @@ def measure(args):
         f"--gradient_accumulation_steps={args.accumulation}",
         "--precision=float32", "--verbose=0",
     ])
-    job = main.prepare(FLAGS)
-    gns = GradientNoiseScale(job.step_batch, beta=args.beta)
+    run = main.prepare(config, main.place(config))
+    inputs = run.inputs
+    gns = GradientNoiseScale(inputs.step_batch, beta=args.beta)
     start = time.perf_counter()
-    history = job.model.fit(
-        job.train_ds, validation_data=job.val_ds, epochs=args.epochs,
-        steps_per_epoch=job.steps_per_epoch, callbacks=[gns], verbose=0,
+    history = run.model.fit(
+        inputs.train, validation_data=inputs.validation, epochs=args.epochs,
+        steps_per_epoch=inputs.steps_per_epoch, callbacks=[gns], verbose=0,
         shuffle=False)
     h = {k: [float(x) for x in v] for k, v in history.history.items()}
     return dict(
-        batch=args.batch, micro_batch=job.step_batch,
+        batch=args.batch, micro_batch=inputs.step_batch,
         accumulation=args.accumulation, rate=args.rate,
         schedule_epochs=args.schedule_epochs, beta=args.beta,
         seed=args.seed, backend=keras.backend.backend(),

@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # Installs everything on a fresh machine, then runs the whole suite once per
 # Keras backend, then the command, data and optimizer tests on JAX and torch
-# in a second environment without TensorFlow.
+# in a second environment without TensorFlow, then the CUDA build job: in a
+# third environment, TensorFlow's CUDA build and the package built with this
+# machine's nvcc, its library checked for device code and its ops tested on
+# the CPU kernels (skipped, with a message, where there is no nvcc).
 # Usage: bash tests/run.sh [--no-install] [pytest args...]
 #   BACKENDS="jax torch" bash tests/run.sh     # a subset of backends
 #   NO_TF_JOB=0 bash tests/run.sh              # without the TF-free job
+#   CUDA_JOB=0 bash tests/run.sh               # without the CUDA build job
+#   CUDA_JOB=only bash tests/run.sh            # the CUDA build job alone
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 NO_TF_VENV=.venv-notf
+CUDA_VENV=.venv-cuda
+CUDA_JOB=${CUDA_JOB:-1}
+main_jobs=1
+[ "$CUDA_JOB" = only ] && main_jobs=0
 # The tests of the command, its data and the optimizers, and the GPU
 # campaign's smoke run (here only); the multi-process
 # ones ran above.
 NO_TF_TESTS=(tests/train tests/optimizers
              --deselect tests/train/test_train_processes.py
-             --deselect tests/train/test_train_without_tensorflow.py)
+             --deselect tests/train/test_train_without_tensorflow.py
+             --deselect tests/train/test_train_adaptive_batch.py::test_two_jax_processes_grow_the_batch_as_one_process)
 [ -d tests/bench ] && NO_TF_TESTS+=(tests/bench)
 
 if [ "${1:-}" = "--no-install" ]; then
@@ -22,6 +32,8 @@ if [ "${1:-}" = "--no-install" ]; then
   install=0
 else
   install=1
+fi
+if [ "$install" = 1 ] && [ "$main_jobs" = 1 ]; then
   set -e
   # CPU builds: tensorflow-cpu, jax, and the torch 2.13.0 CPU wheel (plain
   # `torch` would pull several GB of CUDA packages).
@@ -39,15 +51,17 @@ else
 fi
 
 status=0
-for backend in ${BACKENDS:-tensorflow jax torch}; do
-  echo "=== KERAS_BACKEND=$backend"
-  # PYTHONSAFEPATH: import the installed package, not ./keras_largebatch
-  # (the installed one has applications/ mapped in and the native library).
-  KERAS_BACKEND=$backend PYTHONSAFEPATH=1 TF_CPP_MIN_LOG_LEVEL=2 \
-    "$PY" -m pytest -q -p no:cacheprovider --ignore=tests/bench "$@" || status=1
-done
+if [ "$main_jobs" = 1 ]; then
+  for backend in ${BACKENDS:-tensorflow jax torch}; do
+    echo "=== KERAS_BACKEND=$backend"
+    # PYTHONSAFEPATH: import the installed package, not ./keras_largebatch
+    # (the installed one has applications/ mapped in and the native library).
+    KERAS_BACKEND=$backend PYTHONSAFEPATH=1 TF_CPP_MIN_LOG_LEVEL=2 \
+      "$PY" -m pytest -q -p no:cacheprovider --ignore=tests/bench "$@" || status=1
+  done
+fi
 
-if [ "${NO_TF_JOB:-1}" = 1 ]; then
+if [ "$main_jobs" = 1 ] && [ "${NO_TF_JOB:-1}" = 1 ]; then
   if [ "$install" = 1 ]; then
     set -e
     rm -rf "$NO_TF_VENV"
@@ -66,5 +80,27 @@ if [ "${NO_TF_JOB:-1}" = 1 ]; then
       "$NO_TF_VENV/bin/python" -m pytest -q -p no:cacheprovider \
       "${NO_TF_TESTS[@]}" "$@" || status=1
   done
+fi
+
+if [ "$CUDA_JOB" != 0 ]; then
+  echo "=== CUDA build: TensorFlow's CUDA build, nvcc, device code, native ops"
+  if [ -z "${CUDA_HOME:-}${CUDA_PATH:-}" ] && ! command -v nvcc >/dev/null \
+      && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "skipped: no nvcc (not on the PATH, no CUDA_HOME or CUDA_PATH, no /usr/local/cuda)"
+  else
+    if [ "$install" = 1 ]; then
+      set -e
+      rm -rf "$CUDA_VENV"
+      "$PY" -m venv "$CUDA_VENV"
+      "$CUDA_VENV/bin/pip" install --quiet --upgrade pip
+      "$CUDA_VENV/bin/pip" install --quiet tensorflow   # the CUDA build
+      # =cuda: the install fails unless the CUDA kernels are built.
+      KERAS_LARGEBATCH_BUILD_NATIVE=cuda "$CUDA_VENV/bin/pip" install --quiet ".[test]"
+      set +e
+    fi
+    KERAS_LARGEBATCH_BUILD_NATIVE=cuda KERAS_BACKEND=tensorflow PYTHONSAFEPATH=1 \
+      TF_CPP_MIN_LOG_LEVEL=2 "$CUDA_VENV/bin/python" -m pytest -q -p no:cacheprovider \
+      tests/test_native_build.py tests/distribute/test_native_ops.py "$@" || status=1
+  fi
 fi
 exit $status

@@ -1,11 +1,15 @@
 """The `keras-largebatch-train` command.
 
-`flags` (the flag table), `data` (embedded digits, Fashion-MNIST,
-keras.datasets, class folders, synthetic; the tf.data pipeline),
-`imagenet` (TFRecords), `grain_data` (the pipeline without TensorFlow),
-`augment` and `augment_numpy` (stateless augmentation in tf.data and in
-NumPy), `recipe` (model, precision, learning rate, optimizer), `outputs`
-(summary.json, learning curves, TensorBoard, the backup), `checkpoints`,
-`resume`, `evaluate` (`--mode=eval`), `processes` (several JAX processes)
-and `main` (`run()`, the console-script entry point).
+`flags` (the flag table, the cross-flag rules, the frozen `RunConfig`),
+`main` (the driver: `run()`, the console-script entry point, parses the
+command line once and assembles the run), `builders` (devices, schedule,
+model and optimizer, callbacks, the `Run`), `data` (loaders and formats
+without TensorFlow, the tf.data and Grain pipelines behind one factory),
+`imagenet` (TFRecords), `augment` and `augment_numpy` (one stage table,
+in tf.data and in NumPy), `recipe` (sizes, precision, learning rate,
+optimizer), `outputs` and `checkpoints` (callbacks and files), `report`
+(run_config.json, summary.json, the closing line), `resume`, `evaluate`
+(`--mode=eval`) and `processes` (several JAX processes).
 """
+
+PROG = "keras-largebatch-train"

@@ -2,8 +2,9 @@
 
 Each stage draws from its own stateless seed, `fold_in(batch_seed,
 stage)`, and the command gives every batch the seed of `(seed, epoch,
-step)` (`data.batch_seed`): the same batch is augmented the same way in
-every run, on every backend, however `tf.data`'s threads are scheduled.
+step)` (`data.tf_pipeline.batch_seed`): the same batch is augmented the
+same way in every run, on every backend, however `tf.data`'s threads are
+scheduled.
 (Keras' preprocessing layers draw from a `SeedGenerator` whose state the
 parallel map threads advance in whatever order they run; and given one
 seed, layers of the same kind draw the same numbers.)

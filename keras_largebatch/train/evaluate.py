@@ -19,14 +19,16 @@ first recomputed over N training batches of its last epoch.
 import json
 import os
 
-PROG = "keras-largebatch-train"
+from keras_largebatch.train import PROG
 
 
-def flags_from_run(FLAGS):
-    """Sets every flag not given on the command line to the run's value."""
+def run_values(values, given):
+    """`values` ({flag: value}) with every flag not `given` on the command
+    line set to the run's value (its run_config.json and latest raise of
+    `--epochs`)."""
     from keras_largebatch.train import resume
 
-    model_dir = FLAGS.model_dir
+    model_dir = values["model_dir"]
     path = os.path.join(model_dir or "", "run_config.json")
     if not model_dir or not os.path.isfile(path):
         raise ValueError(
@@ -38,40 +40,43 @@ def flags_from_run(FLAGS):
     if os.path.exists(raised):
         with open(raised) as f:
             config["epochs"] = json.load(f)[-1]["epochs"]
-    for name, value in config.items():
-        if name in FLAGS and name not in ("mode", "model_dir") \
-                and not FLAGS[name].present:
-            FLAGS[name].value = value
+    return dict(values, **{
+        name: value for name, value in config.items()
+        if name in values and name not in ("mode", "model_dir")
+        and name not in given})
 
 
-def evaluate(job):
-    """Evaluates the latest checkpoint; writes eval.json; returns 0."""
+def evaluate(run):
+    """Evaluates the latest checkpoint of `run.config.model_dir` (a
+    `builders.Run`); writes eval.json; returns 0."""
     import keras
 
     from keras_largebatch.train import checkpoints
     from keras_largebatch.train import outputs
 
-    path = checkpoints.latest(job.model_dir)
+    model_dir = run.config.model_dir
+    path = checkpoints.latest(model_dir)
     if path is None:
         raise ValueError(
             "`mode=eval` found no checkpoint in `model_dir` (checkpoints/ "
-            f"or final.keras). Received: model_dir={job.model_dir!r}")
-    checkpoints.weights_only(job.model).load_weights(path)
-    count = job.flags["precise_bn_batches"]
+            f"or final.keras). Received: model_dir={model_dir!r}")
+    checkpoints.weights_only(run.model).load_weights(path)
+    count = run.config.precise_bn_batches
     if count:
         from keras_largebatch.precise_bn import recompute_batch_norm_statistics
 
         # final.keras has no epoch in its name: it is the last one.
-        epoch = checkpoints.epoch_of(path) or job.flags["epochs"]
+        epoch = checkpoints.epoch_of(path) or run.config.epochs
         recompute_batch_norm_statistics(
-            job.model, job.precise_bn_batches(epoch - 1), count)
-    metrics = job.model.evaluate(job.val_ds, verbose=0, return_dict=True)
+            run.model, run.inputs.precise_bn_batches(epoch - 1), count)
+    metrics = run.model.evaluate(run.inputs.validation, verbose=0,
+                                 return_dict=True)
     result = {
-        "checkpoint": os.path.relpath(path, job.model_dir),
+        "checkpoint": os.path.relpath(path, model_dir),
         "epoch": checkpoints.epoch_of(path),
         "val_accuracy": float(metrics["accuracy"]),
         "val_loss": float(metrics["loss"]),
-        "num_validation": job.spec.num_validation,
+        "num_validation": run.spec.num_validation,
         "backend": keras.backend.backend(),
         # Batch-norm statistics: the checkpoint's moving averages (0), or
         # recomputed over this many training batches.
@@ -79,7 +84,7 @@ def evaluate(job):
     }
     if "top5_accuracy" in metrics:
         result["top5_accuracy"] = float(metrics["top5_accuracy"])
-    where = os.path.join(job.model_dir, "eval.json")
+    where = os.path.join(model_dir, "eval.json")
     outputs.write_json(where, result)
     print(f"{PROG}: val_accuracy={result['val_accuracy']:.4f} "
           f"({result['checkpoint']}) -> {where}")

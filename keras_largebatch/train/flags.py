@@ -2,10 +2,12 @@
 
 `TABLE` lists each flag once: its name, type, default, help, the check of
 its value, whether resuming a run may change it, and whether the run
-records it in `run_config.json`. From it come the absl flags
-(`define_flags`), the checks (`check`), resume's rules (`FREE`,
-`RECORDED`) and the table in docs/training.md (`markdown`, which a test
-compares with the page):
+records it in `run_config.json`. `RULES`, beside it, are the checks that
+read several flags together. From the two come the absl flags
+(`define_flags`), the checks (`check`), the typed, frozen `RunConfig`
+every part of the command receives (`config`), resume's rules (`FREE`,
+`RAISABLE`, `RECORDED`) and the table in docs/training.md (`markdown`,
+which a test compares with the page):
 
     python -m keras_largebatch.train.flags     # prints the Markdown table
 
@@ -15,6 +17,7 @@ polynomial decay, 6 epochs.
 """
 
 import dataclasses
+import os
 
 from absl import flags
 
@@ -23,6 +26,7 @@ from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
 from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
+from keras_largebatch.train import recipe
 
 MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5", "resnet_cifar")
 DATASETS = ("digits", "directory", "tfrecord", "synthetic", "mnist",
@@ -30,8 +34,6 @@ DATASETS = ("digits", "directory", "tfrecord", "synthetic", "mnist",
 OPTIMIZERS = ("lars_mixed", "lars", "lamb_mixed", "lamb", "sgd")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 DISTRIBUTIONS = ("none", "multi_worker", "data_parallel")
-
-FLAGS = flags.FLAGS
 
 # (valid, expected): a float's check and what it says is valid.
 NONNEGATIVE = (lambda x: x >= 0, ">= 0")
@@ -41,6 +43,31 @@ FRACTION = (lambda x: 0 < x <= 1, "in (0, 1]")
 RESNET_DEPTH = (lambda x: x >= 8 and (x - 2) % 6 == 0,
                 "6n + 2 with n >= 1 (8, 14, 20, ...)")
 VERBOSITY = (lambda x: x in (0, 1, 2), "0, 1 or 2")
+# keras_largebatch.adaptive_batch's POLICIES and LEARNING_RATE_RULES (a
+# test checks they agree; importing it here would import Keras).
+ADAPTIVE_POLICIES = ("noise_scale", "schedule")
+ADAPTIVE_RATE_RULES = ("unchanged", "adascale", "linear", "sqrt")
+
+
+def _parse_schedule(text):
+    """`[(epoch, batch), ...]` of `--batch_schedule`, `[]` for '', None
+    when malformed."""
+    steps = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        epoch, sep, batch = item.partition(":")
+        try:
+            step = (int(epoch), int(batch))
+        except ValueError:
+            return None
+        if not sep or step[0] < 0 or step[1] < 1:
+            return None
+        steps.append(step)
+    return steps
+
+
+def batch_schedule(config):
+    """`--batch_schedule` as `[(epoch, batch), ...]` (checked)."""
+    return _parse_schedule(config.batch_schedule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +81,7 @@ class Flag:
         valid: `(predicate, expected)` for other values (None passes).
         free: resuming a run may change it (it changes neither the model,
             the data, the schedule nor the optimizer).
+        raise_only: resuming a run may raise it (see resume.py).
         recorded: written to `run_config.json` and checked on resume.
     """
 
@@ -65,7 +93,15 @@ class Flag:
     minimum: int = None
     valid: tuple = None
     free: bool = False
+    raise_only: bool = False
     recorded: bool = True
+
+    @property
+    def type(self):
+        """The Python type of its value (None allowed if the default)."""
+        kind = {"integer": int, "float": float, "boolean": bool}.get(
+            self.kind, str)
+        return kind if self.default is not None else kind | None
 
 
 TABLE = (
@@ -139,7 +175,7 @@ TABLE = (
         'Power of the polynomial decay.'),
     Flag('epochs', 'integer', 6,
         'Training epochs.',
-         minimum=1),
+         minimum=1, raise_only=True),
     Flag('steps_per_epoch', 'integer', 0,
         'Limit steps per epoch (0: whole data set).',
          minimum=0),
@@ -180,6 +216,27 @@ TABLE = (
         'Log the gradient noise scale B_simple (McCandlish et al.) each '
         'epoch and say at the end what it means for the batch; needs '
         '--gradient_accumulation_steps >= 2 or several replicas.'),
+    Flag('adaptive_batch', 'enum', 'none',
+        'Grow the batch during training (keras_largebatch.AdaptiveBatch) by '
+        'accumulating more micro-batches of --global_batch_size / '
+        '--gradient_accumulation_steps per update: noise_scale follows the '
+        'gradient noise scale B_simple, schedule follows '
+        '--batch_schedule; up to --max_global_batch_size.',
+         values=('none',) + ADAPTIVE_POLICIES),
+    Flag('max_global_batch_size', 'integer', 0,
+        'The largest batch --adaptive_batch may grow to, a multiple of the '
+        'micro-batch; 0: the largest of --batch_schedule (required for '
+        'noise_scale).',
+         minimum=0),
+    Flag('batch_schedule', 'string', '',
+        'With --adaptive_batch=schedule: EPOCH:BATCH,... (epochs counted '
+        'from 0, increasing; each batch --global_batch_size times a power '
+        "of 2), Smith et al.'s schedule."),
+    Flag('adaptive_learning_rate', 'enum', 'unchanged',
+        'How the peak rate follows the batch under --adaptive_batch: '
+        "unchanged (Smith et al.), adascale (AdaScale's gain), linear, "
+        'sqrt.',
+         values=ADAPTIVE_RATE_RULES),
     Flag('augment', 'enum', 'auto',
         'auto: light (shift/zoom, no flip) for digit data sets, crop_flip '
         'for photos.',
@@ -251,14 +308,158 @@ TABLE = (
          free=True),
 )
 
+
 BY_NAME = {flag.name: flag for flag in TABLE}
 RECORDED = tuple(flag.name for flag in TABLE if flag.recorded)
 FREE = tuple(flag.name for flag in TABLE if flag.free)
+RAISABLE = tuple(flag.name for flag in TABLE if flag.raise_only)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A check that reads several flags (or a flag and the file system).
+
+    Attributes:
+        reads: the flags it reads.
+        check: `values -> None`; raises the Keras-style `ValueError`.
+        after_resume: checked once the flags have been compared with the
+            run in `model_dir` (`check_after_resume`), so that resuming
+            with a changed flag names the change first.
+    """
+
+    reads: tuple
+    check: object
+    after_resume: bool = False
+
+
+def _requires(name, reads, holds, expected, **kwargs):
+    """A rule on `name`: `holds(values)`, else `must be <expected>`
+    (`expected` a string or `values -> str`)."""
+    def check(values):
+        shown = expected(values) if callable(expected) else expected
+        require(holds(values), name, values[name], shown)
+
+    return Rule((name, *reads), check, **kwargs)
+
+
+def _image_size_fits_the_model(values):
+    size = recipe.image_size_for(values["model"], values["dataset"],
+                                 values["image_size"])
+    minimum = recipe.MIN_IMAGE_SIZE[values["model"]]
+    require(size >= minimum, "image_size", size,
+            f"at least {minimum} for {values['model']}")
+
+
+def _init_weights_is_a_file(values):
+    path = values["init_weights"]
+    if path and not os.path.isfile(path):
+        raise ValueError(
+            f"`init_weights` is not a file. Received: init_weights={path!r}")
+
+
+def _model_dir_is_given(values):
+    if not values["model_dir"]:
+        raise ValueError("`model_dir` is required. Received: "
+                         f"model_dir={values['model_dir']!r}")
+
+
+def _micro_batch(values):
+    return values["global_batch_size"] // values["gradient_accumulation_steps"]
+
+
+def _adaptive_batch_fits(values):
+    """`--adaptive_batch`'s flags together: accumulation to grow, a largest
+    batch a multiple of the micro-batch and not below the start, a
+    schedule of the start times powers of 2 (and only with `schedule`)."""
+    policy, start = values["adaptive_batch"], values["global_batch_size"]
+    largest, steps = values["max_global_batch_size"], _parse_schedule(
+        values["batch_schedule"])
+    require(steps is not None, "batch_schedule", values["batch_schedule"],
+            "EPOCH:BATCH,... with int epochs >= 0 and batches >= 1")
+    if policy == "none":
+        require(not largest, "max_global_batch_size", largest,
+                "0 without --adaptive_batch")
+        require(not steps, "batch_schedule", values["batch_schedule"],
+                "empty without --adaptive_batch=schedule")
+        return
+    k = values["gradient_accumulation_steps"]
+    require(k >= 2, "gradient_accumulation_steps", k,
+            ">= 2 with --adaptive_batch (the batch grows by accumulating "
+            "more micro-batches per update, and Keras accumulates only from "
+            "2)")
+    micro = _micro_batch(values)
+    if policy == "noise_scale":
+        require(largest > 0, "max_global_batch_size", largest,
+                "given (> 0) with --adaptive_batch=noise_scale")
+        require(not steps, "batch_schedule", values["batch_schedule"],
+                "empty with --adaptive_batch=noise_scale")
+    else:
+        require(steps, "batch_schedule", values["batch_schedule"],
+                "EPOCH:BATCH,... with --adaptive_batch=schedule")
+        epochs = [e for e, _ in steps]
+        require(epochs == sorted(set(epochs)) and epochs[-1] < values["epochs"],
+                "batch_schedule", values["batch_schedule"],
+                f"increasing epochs below `epochs` ({values['epochs']})")
+        for _, batch in steps:
+            ratio = batch // start
+            require(batch % start == 0 and ratio & (ratio - 1) == 0,
+                    "batch_schedule", values["batch_schedule"],
+                    f"batches of --global_batch_size ({start}) times a "
+                    "power of 2")
+        largest = largest or steps[-1][1]
+        require(steps[-1][1] <= largest, "batch_schedule",
+                values["batch_schedule"],
+                f"batches <= --max_global_batch_size ({largest})")
+    require(largest >= start, "max_global_batch_size", largest,
+            f">= --global_batch_size ({start})")
+    require(largest % micro == 0, "max_global_batch_size", largest,
+            f"a multiple of the micro-batch, --global_batch_size / "
+            f"--gradient_accumulation_steps ({micro})")
+
+
+RULES = (
+    Rule(("image_size", "model", "dataset"), _image_size_fits_the_model),
+    Rule(("adaptive_batch", "max_global_batch_size", "batch_schedule",
+          "global_batch_size", "gradient_accumulation_steps", "epochs"),
+         _adaptive_batch_fits),
+    # Each worker would compute statistics of its own batches and assign
+    # them to mirrored variables: they would differ between workers.
+    _requires("precise_bn_batches", ("distribution",),
+              lambda v: not v["precise_bn_batches"]
+              or v["distribution"] != "multi_worker",
+              "0 with --distribution=multi_worker (each worker would set "
+              "different statistics)"),
+    Rule(("init_weights",), _init_weights_is_a_file),
+    Rule(("model_dir",), _model_dir_is_given),
+    _requires("warmup_epochs", ("epochs",),
+              lambda v: v["warmup_epochs"] is None
+              or v["warmup_epochs"] < v["epochs"],
+              lambda v: f"less than `epochs` ({v['epochs']}): the warmup "
+                        "would never end", after_resume=True),
+    Rule(("lr_scaling", "optimizer", "base_learning_rate"),
+         lambda v: recipe.check_lr_rule(v["optimizer"],
+                                        v["base_learning_rate"],
+                                        v["lr_scaling"]), after_resume=True),
+)
+
+
+def _recorded(self):
+    """{name: value} of the flags `run_config.json` records."""
+    return {name: getattr(self, name) for name in RECORDED}
+
+
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig", [(flag.name, flag.type) for flag in TABLE], frozen=True,
+    namespace={"recorded": _recorded, "__doc__": (
+        "The checked flags of one invocation, one typed field per row of "
+        "`TABLE`; what every part of the command receives.")})
+RunConfig.__module__ = __name__
 
 
 def define_flags():
-    """Defines the flags of `TABLE` once (absl flags are process-global)."""
-    if TABLE[0].name in FLAGS:
+    """Defines the flags of `TABLE` once in absl's process-global flags
+    (`main.parse` reads them)."""
+    if TABLE[0].name in flags.FLAGS:
         return
     for flag in TABLE:
         define = getattr(flags, f"DEFINE_{flag.kind}")
@@ -269,8 +470,9 @@ def define_flags():
 
 
 def check(values):
-    """Checks each value of `values` ({name: value}) against its flag;
-    raises the Keras-style `ValueError` naming the first bad one."""
+    """Checks each value of `values` ({name: value}) against its flag,
+    then, given every flag, the `RULES` not `after_resume`; raises the
+    Keras-style `ValueError` naming the first bad one."""
     for name, value in values.items():
         flag = BY_NAME[name]
         if value is None:
@@ -283,6 +485,25 @@ def check(values):
                 check_number(name, value, valid, expected)
             else:
                 require(valid(value), name, value, expected)
+    if values.keys() >= BY_NAME.keys():
+        for rule in RULES:
+            if not rule.after_resume:
+                rule.check(values)
+
+
+def check_after_resume(config):
+    """The `RULES` checked once `config` (a `RunConfig`) has been compared
+    with the run it resumes, if any."""
+    values = dataclasses.asdict(config)
+    for rule in RULES:
+        if rule.after_resume:
+            rule.check(values)
+
+
+def config(values):
+    """The checked `RunConfig` of `values` ({name: value}, every flag)."""
+    check(values)
+    return RunConfig(**{name: values[name] for name in BY_NAME})
 
 
 def markdown():
@@ -291,8 +512,8 @@ def markdown():
             "|---|---|---|---|"]
     for flag in TABLE:
         default = "(none)" if flag.default is None else flag.default
-        change = ("yes" if flag.free else "raise only"
-                  if flag.name == "epochs" else "no")
+        change = ("yes" if flag.free else "raise only" if flag.raise_only
+                  else "no")
         rows.append(f"| `--{flag.name}` | `{default}` | {change} | "
                     f"{flag.help} |")
     return "\n".join(rows) + "\n"

@@ -30,6 +30,7 @@ import keras
 
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import atomic_write
+from keras_largebatch.train import PROG
 
 
 class OutputError(ValueError):
@@ -37,14 +38,12 @@ class OutputError(ValueError):
 
 
 def check_model_dir(model_dir, run_config):
-    """Validates `model_dir` without writing.
+    """Validates `model_dir` (given: `flags.RULES` require it) without
+    writing.
 
     Returns a `resume.Resume` when `model_dir` holds a run to resume (every
     flag checked against it), else None.
     """
-    if not model_dir:
-        raise OutputError(
-            f"`model_dir` is required. Received: model_dir={model_dir!r}")
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise OutputError(
             f"`model_dir` exists and is not a directory. Received: "
@@ -86,14 +85,26 @@ def read_history(csv_path):
 
 
 def plot_learning_curves(history, path, title=""):
-    """Loss and accuracy per epoch (train and validation), PNG via Agg."""
+    """Loss and accuracy per epoch (train and validation), and the update
+    batch of each epoch when it grew (`global_batch_size` in the logs),
+    PNG via Agg."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
     epochs = [int(e) + 1 for e in history.get("epoch", [])]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    batches = history.get("global_batch_size")
+    fig, axes = plt.subplots(1, 3 if batches else 2,
+                             figsize=(13 if batches else 9, 3.5))
+    if batches:
+        ax = axes[2]
+        ax.step(epochs or range(1, len(batches) + 1), batches, where="mid",
+                marker="o")
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("global batch (update)")
+        ax.grid(alpha=0.3)
     for ax, metric in zip(axes, ("loss", "accuracy")):
         for key, label in ((metric, "train"), (f"val_{metric}", "validation")):
             if history.get(key):
@@ -224,7 +235,7 @@ def tensorboard(log_dir):
     try:
         import tensorboardX  # noqa: F401
     except ImportError:
-        print("keras-largebatch-train: no TensorBoard logs (`pip install "
+        print(f"{PROG}: no TensorBoard logs (`pip install "
               "tensorboardX` for them without TensorFlow); history.csv has "
               "every epoch's values")
         return None

@@ -29,8 +29,7 @@ import sys
 import tempfile
 
 from keras_largebatch._shared import require
-
-PROG = "keras-largebatch-train"
+from keras_largebatch.train import PROG
 SUPERVISED = "KERAS_LARGEBATCH_SUPERVISED"
 
 
@@ -109,7 +108,7 @@ def supervise(argv, model_dir, timeout_seconds=0):
     returns the exit code to end with."""
     _, count, index = cluster()
     log = tempfile.NamedTemporaryFile(
-        "w", prefix=f"keras-largebatch-train.process{index}.", suffix=".log",
+        "w", prefix=f"{PROG}.process{index}.", suffix=".log",
         delete=False)
     # The same program again (a console script, `python -m`, or a script
     # that configures the package first), unless `main` was handed argv.

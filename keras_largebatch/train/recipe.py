@@ -64,6 +64,19 @@ def resolve_precision(precision):
     return "mixed_float16" if _has_gpu() else "float32"
 
 
+def make_deterministic():
+    """Deterministic kernels (what `--deterministic` changes)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    elif backend == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+
+
 def _has_gpu():
     backend = keras.backend.backend()
     if backend == "jax":
@@ -127,22 +140,30 @@ def lr_rule(optimizer, scaling="auto"):
         optimizer, "mlperf")
 
 
+def check_lr_rule(optimizer, base_learning_rate, scaling="auto"):
+    """Refuses `mlperf` for other optimizers than LARS, and a base rate it
+    would not use (a rule of the flag table, `flags.RULES`)."""
+    if lr_rule(optimizer, scaling) != "mlperf":
+        return
+    if optimizer not in ("lars", "lars_mixed"):
+        raise ValueError(
+            "`lr_scaling=mlperf` is MLPerf's LARS table; other optimizers "
+            "use linear (Goyal et al.), sqrt or none. Received: "
+            f"lr_scaling=mlperf, optimizer={optimizer}")
+    if base_learning_rate:
+        raise ValueError(
+            "`base_learning_rate` is not used by lr_scaling=mlperf (the "
+            "table gives the peak rate); to set the peak yourself use "
+            "--lr_scaling=none. Received: "
+            f"base_learning_rate={base_learning_rate}")
+
+
 def peak_learning_rate(optimizer, base_learning_rate, global_batch_size,
                        base_batch_size=256, scaling="auto"):
     """The peak rate of the schedule under `lr_rule(optimizer, scaling)`."""
+    check_lr_rule(optimizer, base_learning_rate, scaling)
     rule = lr_rule(optimizer, scaling)
     if rule == "mlperf":
-        if optimizer not in ("lars", "lars_mixed"):
-            raise ValueError(
-                "`lr_scaling=mlperf` is MLPerf's LARS table; other optimizers "
-                "use linear (Goyal et al.), sqrt or none. Received: "
-                f"lr_scaling=mlperf, optimizer={optimizer}")
-        if base_learning_rate:
-            raise ValueError(
-                "`base_learning_rate` is not used by lr_scaling=mlperf (the "
-                "table gives the peak rate); to set the peak yourself use "
-                "--lr_scaling=none. Received: "
-                f"base_learning_rate={base_learning_rate}")
         return keras_largebatch.mlperf_lars_rate(global_batch_size)[0]
     base = base_learning_rate or DEFAULT_BASE_LR[optimizer]
     if rule == "none":

@@ -2,13 +2,14 @@
 
 A run is resumed from `backup/` (the state at the end of its last finished
 epoch; an epoch interrupted half-way is replayed from its start, with the
-same data and augmentation, see `data.batch`). Every flag must match the
-original run's `run_config.json`, except:
+same data and augmentation, see `data.tf_pipeline.batch`). Every flag
+must match the original run's `run_config.json`, except:
 
 - the flags marked free in the flag table (`flags.FREE`), which change
   neither the model, the data, the schedule nor the optimizer: output,
   logging, the device set-up, how the all-reduce is packed and timed;
-- `--epochs`, which may be raised to train on. The warmup is kept and the
+- the flags marked raise-only (`flags.RAISABLE`: `--epochs`), which may
+  be raised to train on. The warmup is kept and the
   polynomial decay is stretched to end at the new last epoch: from the
   restored step on, the rate follows the schedule of a run planned for the
   new number of epochs (so it rises from where the shorter schedule had
@@ -25,6 +26,7 @@ import os
 
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train.flags import FREE
+from keras_largebatch.train.flags import RAISABLE
 
 RAISES_FILE = "epochs_raised.json"
 BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
@@ -58,18 +60,7 @@ def check(model_dir, run_config):
     raises = _read(os.path.join(model_dir, RAISES_FILE), [])
     epochs_before = (raises[-1]["epochs"] if raises
                      else original.get("epochs", run_config["epochs"]))
-    for key, old in original.items():
-        new = run_config.get(key)
-        if key in FREE or key == "epochs" or old == new:
-            continue
-        if isinstance(old, (int, float)) and isinstance(new, (int, float)) \
-                and not isinstance(old, bool) and float(old) == float(new):
-            continue
-        raise ResumeError(
-            f"`{key}` differs from the run in `model_dir`, which has "
-            f"{key}={old!r}; resuming with {key}={new!r} would change the "
-            f"model, data, schedule or optimizer. Use the same value or "
-            f"another --model_dir. Received: {key}={new!r}")
+    _refuse_changes(original, run_config)
     epochs = run_config["epochs"]
     if epochs < epochs_before:
         raise ResumeError(
@@ -79,6 +70,21 @@ def check(model_dir, run_config):
     metadata = _read(os.path.join(model_dir, BACKUP_METADATA), {})
     return Resume(original, epochs_before, epochs,
                   int(metadata.get("epoch", 0)), raises)
+
+
+def _refuse_changes(original, run_config):
+    for key, old in original.items():
+        new = run_config.get(key)
+        if key in FREE or key in RAISABLE or old == new:
+            continue
+        if isinstance(old, (int, float)) and isinstance(new, (int, float)) \
+                and not isinstance(old, bool) and float(old) == float(new):
+            continue
+        raise ResumeError(
+            f"`{key}` differs from the run in `model_dir`, which has "
+            f"{key}={old!r}; resuming with {key}={new!r} would change the "
+            f"model, data, schedule or optimizer. Use the same value or "
+            f"another --model_dir. Received: {key}={new!r}")
 
 
 def record_raise(model_dir, resume, message):

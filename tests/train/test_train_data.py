@@ -152,7 +152,7 @@ from keras_largebatch.train import data
 
 x = np.random.default_rng(0).random((5_000, 28, 28, 1), "float32")
 y = np.arange(5_000) % 10
-spec = data._from_arrays("arrays", x, y, x[:100], y[:100], 10, 28, None)
+spec = data.from_arrays("arrays", x, y, x[:100], y[:100], 10, 28, None)
 train, _ = data.batch(spec, 256, None, 0, True, epochs=int(sys.argv[1]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 next(iter(train))

@@ -89,7 +89,8 @@ def test_debian_folder_comes_before_keras_cache(tmp_path, monkeypatch):
     debian, cache = tmp_path / "debian", tmp_path / "cache"
     _write_fashion(str(debian), n_train=10, seed=1)
     _write_fashion(str(cache), n_train=30, seed=2)
-    monkeypatch.setattr(data, "FASHION_MNIST_DIRS", (str(debian), str(cache)))
+    monkeypatch.setattr(data.loaders, "FASHION_MNIST_DIRS",
+                        (str(debian), str(cache)))
     (x, _), _ = data.load_fashion_mnist_arrays()
     assert len(x) == 10
     os.remove(debian / "t10k-labels-idx1-ubyte.gz")  # incomplete: skipped
@@ -101,7 +102,7 @@ def test_nothing_found_and_no_download_names_the_three_places(
         tmp_path, monkeypatch):
     import keras
 
-    monkeypatch.setattr(data, "FASHION_MNIST_DIRS",
+    monkeypatch.setattr(data.loaders, "FASHION_MNIST_DIRS",
                         (str(tmp_path / "a"), str(tmp_path / "b")))
 
     def offline():

@@ -1,5 +1,7 @@
 """The flag table is the one source of the command's flags."""
 
+import ast
+import dataclasses
 import os
 
 import pytest
@@ -56,3 +58,31 @@ def test_each_checked_flag_refuses_a_bad_value_naming_it(flag, tmp_path,
     assert code == 2
     assert err.count("\n") == 1 and f"{flag.name}={value}" in err, err
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_run_config_is_one_frozen_typed_field_per_row(tmp_path):
+    fields = dataclasses.fields(flags.RunConfig)
+    assert [(f.name, f.type) for f in fields] == [
+        (flag.name, flag.type) for flag in flags.TABLE]
+    config = train_main.parse(["prog", f"--model_dir={tmp_path}",
+                               "--epochs=3"])
+    assert (config.epochs, config.model_dir) == (3, str(tmp_path))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.epochs = 4
+    assert all(set(rule.reads) <= flags.BY_NAME.keys()
+               for rule in flags.RULES)
+
+
+def test_only_the_parse_reads_absl_flags_and_functions_stay_short():
+    root = os.path.dirname(flags.__file__)
+    for folder, _, files in os.walk(root):
+        for name in (f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path) as f:
+                source = f.read()
+            if name != "main.py":
+                assert "FLAGS[" not in source and "FLAGS." not in source, path
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.FunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    assert lines <= 60, f"{path}: {node.name}, {lines} lines"

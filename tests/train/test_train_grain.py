@@ -5,18 +5,18 @@ import pytest
 
 from keras_largebatch.train import augment_numpy
 from keras_largebatch.train import data
-from keras_largebatch.train import grain_data
+from keras_largebatch.train.data import grain_pipeline
 
 
 def _spec(n=50, size=6, classes=4, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.random((n, size, size, 1), "float32")
     y = np.arange(n) % classes
-    return data._from_arrays("t", x, y, x[:10], y[:10], classes, size, 3)
+    return data.from_arrays("t", x, y, x[:10], y[:10], classes, size, 3)
 
 
 def _train(spec, batch, **kwargs):
-    train, _ = grain_data.batch(spec, batch, seed=3, **kwargs)
+    train, _ = grain_pipeline.batch(spec, batch, seed=3, **kwargs)
     return [(x, y) for x, y in train]
 
 
@@ -34,7 +34,7 @@ def test_each_epoch_is_a_permutation_and_a_resumed_epoch_reads_the_same():
     for (a, _), (b, _) in zip(full[8:], resumed):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(full[0][0], full[4][0])
-    other_seed, _ = grain_data.batch(spec, 16, seed=4, epochs=1)
+    other_seed, _ = grain_pipeline.batch(spec, 16, seed=4, epochs=1)
     assert not np.array_equal(next(iter(other_seed))[0], full[0][0])
 
 

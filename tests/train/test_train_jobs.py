@@ -161,8 +161,11 @@ def _floats(path, group=None):
     sizes = []
     with h5py.File(path, "r") as f:
         root = f[group] if group else f
+        # A mixed optimizer's store records its layout (a JSON string, no
+        # variable) beside its variables.
         root.visititems(lambda name, obj: sizes.append(obj.size)
-                        if isinstance(obj, h5py.Dataset) else None)
+                        if isinstance(obj, h5py.Dataset)
+                        and not name.endswith("/layout") else None)
     return sum(sizes)
 
 

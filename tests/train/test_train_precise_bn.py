@@ -176,9 +176,9 @@ def test_command_checkpoints_hold_the_precise_statistics(small, tmp_path):
     if keras.backend.backend() == "tensorflow":
         build = data.batch
     else:
-        from keras_largebatch.train import grain_data
+        from keras_largebatch.train.data import grain_pipeline
 
-        build = grain_data.batch
+        build = grain_pipeline.batch
     batches, _ = build(spec, 8, None, 1, drop_remainder=True,
                        steps_per_epoch=3, epochs=2, initial_epoch=1)
     conv = keras.Model(model.input, model.get_layer("conv1").output)

@@ -1,4 +1,4 @@
-"""The input pipeline without TensorFlow: Grain datasets of whole batches.
+"""The Grain pipeline, without TensorFlow: datasets of whole batches.
 
 `batch` returns Grain datasets that Keras' `fit` reads on every backend.
 Element `i` of the training dataset is batch `step = i % steps` of epoch
@@ -22,8 +22,8 @@ import functools
 import numpy as np
 
 from keras_largebatch.train import augment_numpy
-from keras_largebatch.train.data import decode_image
-from keras_largebatch.train.data import epoch_seed
+from keras_largebatch.train.data.formats import decode_image
+from keras_largebatch.train.data.spec import epoch_seed
 
 READ_THREADS = 4
 PREFETCH_BATCHES = 4
@@ -35,11 +35,11 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
     """Returns `(train, validation)` Grain `IterDataset`s of batches.
 
     Args:
-        spec: a `data.DataSpec` with `arrays` or `files`.
+        spec: a `DataSpec` with `arrays` or `files`.
         global_batch_size: images per step over all processes.
         augmenter: a `augment_numpy.NumpyAugmenter`, or None.
         seed, drop_remainder, steps_per_epoch, epochs, initial_epoch: as
-            `data.batch`.
+            `tf_pipeline.batch`.
         process_index, process_count: this process's slice of each batch.
     """
     import grain

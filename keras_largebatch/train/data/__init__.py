@@ -1,0 +1,163 @@
+"""The data layer of `keras-largebatch-train`: data sets in, batches out.
+
+    spec.py            `DataSpec` (what every loader returns), `DataError`
+    formats.py         IDX files, image files, class folders (no TensorFlow)
+    loaders.py         the data sets of `--dataset` (TFRecords: imagenet.py)
+    tf_pipeline.py     tf.data batches (every data set; needs TensorFlow)
+    grain_pipeline.py  Grain batches (in-memory data, class folders; no
+                       TensorFlow)
+
+The command calls two functions: `load_for(config)`, the run's data set,
+checked, and `inputs(config, spec, devices, initial_epoch)`, the factory
+that builds the pipeline `--input_pipeline` resolves to, with the
+augmentation of `--augment` (one stage table, `augment.STAGES`, in
+tf.data and in NumPy), and returns `Inputs`: what `fit` reads and what
+precise BN reads.
+"""
+
+import dataclasses
+import math
+
+from keras_largebatch.train import augment
+from keras_largebatch.train import recipe
+from keras_largebatch.train.data import loaders
+from keras_largebatch.train.data.spec import require_tensorflow
+
+# The layer's API, from its modules.
+from keras_largebatch.train.data.formats import decode_image  # noqa: F401
+from keras_largebatch.train.data.formats import read_idx  # noqa: F401
+from keras_largebatch.train.data.loaders import (  # noqa: F401
+    FASHION_MNIST_FILES, find_fashion_mnist, from_arrays, load,
+    load_fashion_mnist_arrays, load_synthetic)
+from keras_largebatch.train.data.spec import DataError  # noqa: F401
+from keras_largebatch.train.data.spec import DataSpec  # noqa: F401
+from keras_largebatch.train.data.spec import epoch_seed  # noqa: F401
+from keras_largebatch.train.data.tf_pipeline import batch  # noqa: F401
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What `fit` and precise BN read.
+
+    Attributes:
+        train: the training batches of epochs `initial_epoch .. epochs - 1`.
+        validation: the validation batches.
+        steps_per_epoch: training steps (batches) per epoch.
+        step_batch: images per step (the global batch over
+            `--gradient_accumulation_steps`).
+        pipeline: `tf_data` or `grain`, `--input_pipeline` resolved.
+        precise_bn_batches: `epoch -> batches`, see `inputs`.
+    """
+
+    train: object
+    validation: object
+    steps_per_epoch: int
+    step_batch: int
+    pipeline: str
+    precise_bn_batches: object
+
+
+def load_for(config):
+    """The `DataSpec` of the run's `--dataset` at its input size (see
+    `recipe.image_size_for`); raises `DataError`."""
+    size = recipe.image_size_for(config.model, config.dataset,
+                                 config.image_size)
+    return loaders.load(
+        config.dataset, size, config.data_dir, config.num_classes,
+        config.seed, config.check_images, recipe.input_channels(config.model),
+        (config.num_train_examples, config.num_validation_examples),
+        config.init_weights)
+
+
+def inputs(config, spec, devices, initial_epoch=0):
+    """The batches of `spec` for the run: `Inputs`.
+
+    `devices` gives the replicas (several drop the remainder, so every
+    batch is full) and this process's slice of each batch (several JAX
+    processes). `precise_bn_batches(epoch)` are `--precise_bn_batches`
+    training batches of `epoch`, augmented and normalized as in training,
+    one batch-norm batch each (the step's batch, a micro-batch under
+    accumulation), a function of the seed and the epoch only (a resumed
+    run recomputes the same statistics).
+    """
+    drop = devices.replicas > 1
+    _check_sizes(config, spec, drop)
+    step_batch = config.global_batch_size // config.gradient_accumulation_steps
+    steps = config.steps_per_epoch or (
+        spec.num_train // step_batch if drop
+        else math.ceil(spec.num_train / step_batch))
+    pipeline = resolve_input_pipeline(config.input_pipeline, config.dataset)
+    build = _builder(pipeline, config, spec, devices, step_batch, drop)
+    train, validation = build(
+        config.seed, steps_per_epoch=config.steps_per_epoch or None,
+        epochs=config.epochs,
+        initial_epoch=min(initial_epoch, config.epochs - 1))
+
+    def precise_bn_batches(epoch):
+        return build(config.seed + 1, drop_remainder=True,
+                     steps_per_epoch=config.precise_bn_batches,
+                     epochs=epoch + 1, initial_epoch=epoch)[0]
+
+    return Inputs(train, validation, steps, step_batch, pipeline,
+                  precise_bn_batches)
+
+
+def resolve_input_pipeline(input_pipeline, dataset):
+    """`--input_pipeline` resolved: `auto` is tf.data on the TensorFlow
+    backend and for TFRecords, Grain elsewhere."""
+    import keras
+
+    if input_pipeline != "auto":
+        return input_pipeline
+    if keras.backend.backend() == "tensorflow" or dataset == "tfrecord":
+        return "tf_data"
+    return "grain"
+
+
+def _builder(pipeline, config, spec, devices, step_batch, drop):
+    """`build(seed, **overrides) -> (train, validation)` of `pipeline`."""
+    policy = augment.policy_for(config.augment, config.dataset)
+    kwargs = dict(drop_remainder=drop)
+    if pipeline == "grain":
+        from keras_largebatch.train import augment_numpy
+        from keras_largebatch.train.data import grain_pipeline
+
+        augmenter = augment_numpy.build(policy, config.seed)
+        batches = grain_pipeline.batch
+        kwargs.update(process_index=devices.process_index,
+                      process_count=devices.process_count)
+    else:
+        from keras_largebatch.train.data import tf_pipeline
+
+        require_tensorflow("`input_pipeline=tf_data`")
+        augmenter = augment.build(policy, spec.image_size, config.seed)
+        batches = tf_pipeline.batch
+
+    def build(seed, **overrides):
+        return batches(spec, step_batch, augmenter, seed,
+                       **dict(kwargs, **overrides))
+
+    return build
+
+
+def _check_sizes(config, spec, drop_remainder):
+    """Refuses a batch the data cannot fill.
+
+    The learning rate is scaled for `global_batch_size`, so a batch larger
+    than the training set would train on smaller batches at a rate scaled
+    for the larger one.
+    """
+    batch_size = config.global_batch_size
+    if batch_size > spec.num_train:
+        raise DataError(
+            f"`global_batch_size` is larger than the {spec.num_train} "
+            f"training images. Received: global_batch_size={batch_size}")
+    val_batches = (spec.num_validation // batch_size if drop_remainder
+                   else math.ceil(spec.num_validation / batch_size))
+    if val_batches < 1:
+        why = (" (batches are full: several replicas drop the remainder)"
+               if drop_remainder else "")
+        raise DataError(
+            f"The validation set ({spec.num_validation} images) has no "
+            f"batch of `global_batch_size`{why}. "
+            f"Received: global_batch_size={batch_size}")

@@ -1,0 +1,75 @@
+"""What every loader returns: a checked `DataSpec`, or a `DataError`."""
+
+import dataclasses
+import functools
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """Bad data input (the command reports it on one line, exit code 2)."""
+
+
+@dataclasses.dataclass
+class DataSpec:
+    """A data set, checked; its pipelines are built by
+    `tf_pipeline.batch` (tf.data) or `grain_pipeline.batch` (Grain, no
+    TensorFlow).
+
+    In-memory data sets hold `arrays` (x_train, y_train, x_val, y_val:
+    float32 images in [0, 1] at their own size, integer labels), class
+    folders hold `files` (train paths, train labels, validation paths,
+    validation labels); `train` and `validation` are their unbatched
+    `tf.data` pipelines of `(image, one_hot_label)` at `image_size` with
+    `channels`, built on first use.
+    """
+
+    name: str
+    num_classes: int
+    num_train: int
+    num_validation: int
+    channels: int = 3
+    image_size: int = 0
+    arrays: tuple = None
+    files: tuple = None
+    # () -> (train, validation) tf.data pipelines, for data only
+    # TensorFlow reads (TFRecords, and class folders as Keras reads them).
+    tf_pipelines: object = None
+    # (epoch, data_pass) -> the training examples of that pass, for data
+    # whose decoding is random (ImageNet's crops); else `train` is used.
+    train_for_epoch: object = None
+    # x in [0, 1] -> model input; None: (x - 0.5) * 2.
+    normalize: object = None
+
+    @functools.cached_property
+    def _pipelines(self):
+        if self.tf_pipelines is not None:
+            return self.tf_pipelines()
+        from keras_largebatch.train.data import tf_pipeline
+
+        return tf_pipeline.from_arrays(self)
+
+    @property
+    def train(self):
+        return self._pipelines[0]
+
+    @property
+    def validation(self):
+        return self._pipelines[1]
+
+
+def require_tensorflow(what):
+    """Raises `DataError` naming the install when TensorFlow is missing."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        raise DataError(
+            f"{what} needs TensorFlow, which is not installed: `pip install "
+            f"tensorflow-cpu` (or `keras-largebatch[tensorflow]`)") from None
+
+
+def epoch_seed(seed, epoch, data_pass):
+    """The shuffle seed (a Python int) of pass `data_pass` of `epoch`, the
+    same in both pipelines."""
+    words = np.random.SeedSequence([seed, epoch, data_pass]).generate_state(2)
+    return int(words[0]) << 31 | int(words[1]) >> 1

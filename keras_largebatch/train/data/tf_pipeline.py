@@ -1,0 +1,114 @@
+"""The tf.data pipeline: shuffled, augmented, normalized batches.
+
+Every data set reads through it (TFRecords only through it); it needs
+TensorFlow, on any backend.
+"""
+
+from keras_largebatch.train.data.spec import epoch_seed
+
+
+def batch(spec, global_batch_size, augmenter=None, seed=0,
+          drop_remainder=False, steps_per_epoch=None, epochs=1,
+          initial_epoch=0):
+    """Shuffles, augments and batches; returns `(train_ds, val_ds)`.
+
+    `train_ds` holds the batches of epochs `initial_epoch .. epochs - 1`,
+    `steps_per_epoch` each (default: one pass over the data), and every
+    random choice is a function of `(seed, epoch, step)` alone:
+
+        order of pass p of epoch e:   shuffle(seed=epoch_seed(seed, e, p))
+        augmentation of batch s of e: augmenter(x, seed=fold(seed, e, s))
+
+    so a run resumed at epoch e reads exactly what an uninterrupted run
+    reads there, whatever the thread scheduling and however often the
+    dataset was iterated before (Keras peeks at a batch to build). With
+    `steps_per_epoch` larger than a pass, passes follow each other, each
+    shuffled anew. Data whose decoding is random (`spec.train_for_epoch`)
+    is decoded with seeds of `(seed, epoch, pass, example)`.
+    """
+    import tensorflow as tf
+
+    per_pass = (spec.num_train // global_batch_size if drop_remainder
+                else -(-spec.num_train // global_batch_size))
+    steps = steps_per_epoch or per_pass
+    passes = -(-steps // max(per_pass, 1)) if steps_per_epoch else 1
+
+    def epoch_batches(epoch):
+        data = _shuffled_passes(spec, seed, epoch, passes)
+        data = data.batch(global_batch_size, drop_remainder=drop_remainder)
+        data = data.take(steps).enumerate()
+        if augmenter is None:
+            return data.map(lambda step, xy: xy)
+        return data.map(
+            lambda step, xy: (augmenter(xy[0], seed=batch_seed(
+                seed, epoch, step)), xy[1]),
+            num_parallel_calls=tf.data.AUTOTUNE)
+
+    train = _concatenate([epoch_batches(e)
+                          for e in range(initial_epoch, epochs)])
+    scale = spec.normalize or (lambda x: (x - 0.5) * 2.0)
+    normalize = lambda x, y: (scale(x), y)  # noqa: E731
+    # For its default optimizations tf.data rewrites a pipeline by
+    # serializing it, which copies an in-memory source once per epoch above
+    # (188 MB an epoch of Fashion-MNIST: 18 GB for 96 epochs); the maps
+    # here are parallel already, the order is unchanged.
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    train = train.map(
+        normalize, num_parallel_calls=tf.data.AUTOTUNE
+    ).prefetch(tf.data.AUTOTUNE).with_options(options)
+    val = spec.validation.batch(
+        global_batch_size, drop_remainder=drop_remainder
+    ).map(normalize).prefetch(tf.data.AUTOTUNE)
+    return train, val
+
+
+def _shuffled_passes(spec, seed, epoch, passes):
+    """The training examples of `epoch`: `passes` passes, each shuffled
+    with its own seed."""
+    buffer = min(spec.num_train, 10_000)
+    return _concatenate([
+        _source(spec, epoch, p).shuffle(
+            buffer, seed=epoch_seed(seed, epoch, p),
+            reshuffle_each_iteration=False)
+        for p in range(passes)])
+
+
+def _source(spec, epoch, data_pass):
+    if spec.train_for_epoch is not None:
+        return spec.train_for_epoch(epoch, data_pass)
+    return spec.train
+
+
+def batch_seed(seed, epoch, step):
+    """The `[2]` stateless seed of batch `step` of `epoch`."""
+    import tensorflow as tf
+
+    fold = tf.random.experimental.stateless_fold_in
+    base = tf.constant([seed, 0], "int64")
+    return fold(fold(base, tf.cast(epoch, "int64")), tf.cast(step, "int64"))
+
+
+def from_arrays(spec):
+    """The unbatched tf.data pipelines of an in-memory `spec`."""
+    import tensorflow as tf
+
+    x_train, y_train, x_val, y_val = spec.arrays
+    size = spec.image_size
+
+    def make(x, y):
+        if x.shape[1:3] != (size, size):
+            x = tf.image.resize(x, (size, size), "bilinear")
+        if x.shape[-1] == 1 and spec.channels == 3:
+            x = tf.repeat(x, 3, axis=-1)
+        labels = tf.one_hot(y, spec.num_classes)
+        return tf.data.Dataset.from_tensor_slices((x, labels))
+
+    return make(x_train, y_train), make(x_val, y_val)
+
+
+def _concatenate(datasets):
+    out = datasets[0]
+    for d in datasets[1:]:
+        out = out.concatenate(d)
+    return out

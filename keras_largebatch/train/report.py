@@ -1,0 +1,145 @@
+"""What a run writes around `fit`: run_config.json first; at its end the
+final model, summary.json, learning_curves.png and the closing line.
+
+summary.json:
+
+    model, dataset, global_batch_size, epochs, epochs_run_now,
+    val_accuracy (top5_accuracy above 10 classes), images_per_sec,
+    images_timed, train_seconds_timed, wall_seconds (over every invocation
+    on the model_dir), wall_seconds_now, image_size, optimizer,
+    peak_learning_rate, lr_rule, warmup_epochs, precision, backend,
+    replicas, num_train, num_validation (gradient_noise_scale with
+    --gradient_noise_scale or --adaptive_batch; with --adaptive_batch,
+    batch_trajectory: the update batch of each epoch, updates: the
+    optimizer updates taken, final_global_batch_size)
+"""
+
+import json
+import os
+import time
+
+from keras_largebatch.train import PROG
+from keras_largebatch.train import checkpoints
+from keras_largebatch.train import outputs
+from keras_largebatch.train import recipe
+from keras_largebatch.train import resume
+
+
+def begin(run, out_dir):
+    """Writes run_config.json (a new run) or records a raise of `--epochs`
+    (saying so), on the chief."""
+    if not run.devices.chief:
+        return
+    if not run.resuming:
+        outputs.write_json(os.path.join(out_dir, "run_config.json"),
+                           run.recorded)
+    elif run.resuming.raised:
+        print(f"{PROG}: {run.schedule.raise_message}")
+        resume.record_raise(out_dir, run.resuming,
+                            run.schedule.raise_message)
+
+
+def finish(run, out_dir, history, val_metrics, throughput, start):
+    """Saves the final model; on the chief writes summary.json and
+    learning_curves.png; prints the closing line. Returns 0."""
+    checkpoints.save_final(
+        run.model, os.path.join(out_dir, "checkpoints"), out_dir,
+        run.initial_epoch + len(history.epoch), run.config.keep_checkpoints)
+    summary_path = os.path.join(out_dir, "summary.json")
+    previous = {}
+    if run.resuming and os.path.exists(summary_path):
+        with open(summary_path) as f:
+            previous = json.load(f)
+    wall_now = time.perf_counter() - start
+    logs = read_history(out_dir, history)
+    summary = summarize(run, history, val_metrics, throughput, previous,
+                        wall_now, logs)
+    config = run.config
+    if "gradient_noise_scale" in summary:
+        from keras_largebatch.noise_scale import describe
+
+        print(f"{PROG}: " + describe(
+            summary["gradient_noise_scale"],
+            summary.get("final_global_batch_size", config.global_batch_size)))
+    if run.devices.chief:
+        outputs.plot_learning_curves(
+            logs,
+            os.path.join(out_dir, "learning_curves.png"),
+            f"{config.model} on {config.dataset}, batch "
+            f"{config.global_batch_size}, {config.optimizer}")
+        outputs.write_json(summary_path, summary)
+    where = summary_path if run.devices.chief else (
+        "(not the chief: no summary)")
+    grown = ""
+    if "batch_trajectory" in summary:
+        grown = (f"batch={_trajectory(summary['batch_trajectory'])} "
+                 f"updates={summary['updates']} ")
+    print(f"{PROG}: val_accuracy={summary['val_accuracy']:.4f} "
+          f"images_per_sec={summary['images_per_sec'] or 0:.1f} "
+          f"{grown}wall_seconds={wall_now:.1f} -> {where}")
+    return 0
+
+
+def read_history(out_dir, history):
+    """Every epoch's logs of the run, resumed ones included: history.csv
+    where this process writes it, else this invocation's `history`."""
+    found = outputs.read_history(os.path.join(out_dir, "history.csv"))
+    return found or {"epoch": list(history.epoch), **history.history}
+
+
+def _trajectory(batches):
+    """`128->256->1024`: each batch the run took, in order."""
+    steps = [int(b) for i, b in enumerate(batches)
+             if i == 0 or b != batches[i - 1]]
+    return "->".join(str(b) for b in steps)
+
+
+def summarize(run, history, val_metrics, throughput, previous, wall_now,
+              logs=None):
+    """The summary.json of the run (`previous`: the one a resumed run
+    left, whose wall time it adds to and whose rate it keeps when this
+    invocation timed nothing; `logs`: every epoch's logs, resumed ones
+    included, default this invocation's)."""
+    import keras
+
+    config = run.config
+    images_timed, seconds_timed = throughput.timed()
+    images_per_sec = throughput.images_per_sec()
+    if images_per_sec is None:
+        images_per_sec = previous.get("images_per_sec")
+    summary = {
+        "model": config.model,
+        "dataset": config.dataset,
+        "global_batch_size": config.global_batch_size,
+        "epochs": config.epochs,
+        "epochs_run_now": len(history.epoch),
+        "val_accuracy": float(val_metrics["accuracy"]),
+        "images_per_sec": images_per_sec,
+        # What images_per_sec divides (epochs after the first, this process).
+        "images_timed": images_timed,
+        "train_seconds_timed": seconds_timed,
+        # Over every invocation on this model_dir (resumed runs add up).
+        "wall_seconds": previous.get("wall_seconds", 0.0) + wall_now,
+        "wall_seconds_now": wall_now,
+        "image_size": run.spec.image_size,
+        "optimizer": config.optimizer,
+        "peak_learning_rate": run.schedule.peak,
+        "lr_rule": recipe.lr_rule(config.optimizer, config.lr_scaling),
+        "warmup_epochs": run.schedule.warmup_epochs,
+        "precision": run.precision,
+        "backend": keras.backend.backend(),
+        "replicas": run.devices.replicas,
+        "num_train": run.spec.num_train,
+        "num_validation": run.spec.num_validation,
+    }
+    if "top5_accuracy" in val_metrics:
+        summary["top5_accuracy"] = float(val_metrics["top5_accuracy"])
+    noise = history.history.get("gradient_noise_scale")
+    if noise:
+        summary["gradient_noise_scale"] = float(noise[-1])
+    if config.adaptive_batch != "none" and history.epoch:
+        batches = (logs or history.history)["global_batch_size"]
+        summary["batch_trajectory"] = [int(b) for b in batches]
+        summary["final_global_batch_size"] = int(batches[-1])
+        summary["updates"] = int(history.history["updates"][-1])
+    return summary

@@ -1,0 +1,142 @@
+"""`keras-largebatch-train --adaptive_batch`: bad combinations, the batch
+trajectory in the outputs, kill and resume, several JAX processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_largebatch.train import main as train_main
+
+BACKEND = keras.backend.backend()
+HERE = os.path.dirname(__file__)
+SCRIPT = os.path.join(HERE, "small_command.py")
+TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=16",
+        "--gradient_accumulation_steps=2", "--steps_per_epoch=8",
+        "--epochs=3", "--verbose=0", "--augment=none", "--warmup_epochs=0",
+        "--optimizer=sgd"]
+SCHEDULE = ["--adaptive_batch=schedule", "--batch_schedule=1:32,2:64"]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--gradient_accumulation_steps=1", "--adaptive_batch=noise_scale",
+      "--max_global_batch_size=64"], "gradient_accumulation_steps=1"),
+    (["--adaptive_batch=noise_scale", "--max_global_batch_size=8"],
+     "max_global_batch_size=8"),
+    (["--adaptive_batch=noise_scale", "--max_global_batch_size=36"],
+     "max_global_batch_size=36"),
+    (["--adaptive_batch=noise_scale"], "max_global_batch_size=0"),
+    (["--adaptive_batch=schedule"], "batch_schedule=''"),
+    (["--adaptive_batch=schedule", "--batch_schedule=1:48"],
+     "batch_schedule='1:48'"),
+    (["--adaptive_batch=schedule", "--batch_schedule=2:32,1:64"],
+     "batch_schedule='2:32,1:64'"),
+    (["--adaptive_batch=schedule", "--batch_schedule=1:32,3:64"],
+     "batch_schedule='1:32,3:64'"),
+    (["--adaptive_batch=schedule", "--batch_schedule=one:32"],
+     "batch_schedule='one:32'"),
+    (["--adaptive_batch=schedule", "--batch_schedule=1:64",
+      "--max_global_batch_size=32"], "batch_schedule='1:64'"),
+    (["--max_global_batch_size=64"], "max_global_batch_size=64"),
+    (["--batch_schedule=1:32"], "batch_schedule='1:32'"),
+])
+def test_bad_adaptive_combinations_exit_2_with_one_line_and_write_nothing(
+        flags, named, tmp_path, capsys):
+    capsys.readouterr()
+    code = train_main.main(["keras-largebatch-train", *TINY, *flags,
+                            f"--model_dir={tmp_path}/run"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("keras-largebatch-train: error:") and "\n" not in err
+    assert f"Received: {named}" in err, err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def _command(model_dir, *extra, kill=None, env=None):
+    env = dict(os.environ, **(env or {}))
+    env.pop("KILL_AT_EPOCH_STEP", None)
+    if kill:
+        env["KILL_AT_EPOCH_STEP"] = kill
+    return subprocess.run(
+        [sys.executable, SCRIPT, *TINY, *extra, f"--model_dir={model_dir}"],
+        env=env, capture_output=True, text=True, timeout=300)
+
+
+def _weights(model_dir):
+    model = keras.saving.load_model(os.path.join(model_dir, "final.keras"))
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+@pytest.mark.skipif(BACKEND == "tensorflow",
+                    reason="JAX and torch on a CPU (issue's matrix); the "
+                           "TensorFlow strategy's test is in tests/distribute")
+def test_killed_adaptive_run_resumes_at_its_batch_with_identical_weights(
+        tmp_path):
+    whole = _command(tmp_path / "whole", *SCHEDULE)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    # Killed in epoch 1 (batch 32), after its first update.
+    killed = _command(tmp_path / "resumed", *SCHEDULE, kill="1,2")
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    resumed = _command(tmp_path / "resumed", *SCHEDULE)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for a, b in zip(_weights(tmp_path / "whole"),
+                    _weights(tmp_path / "resumed")):
+        np.testing.assert_array_equal(a, b)
+    for name in ("whole", "resumed"):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["batch_trajectory"] == [16, 32, 64]
+        # 8 micro-batches an epoch: 4 updates of 2, 2 of 4, 1 of 8.
+        assert summary["updates"] == 7
+        assert summary["final_global_batch_size"] == 64
+    assert "batch=16->32->64 updates=7" in resumed.stdout
+    assert os.path.exists(tmp_path / "resumed" / "learning_curves.png")
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution on JAX")
+def test_two_jax_processes_grow_the_batch_as_one_process(tmp_path):
+    from keras_largebatch.distribute import localhost
+
+    noise = ["--adaptive_batch=noise_scale", "--max_global_batch_size=128",
+             "--distribution=data_parallel", "--epochs=4",
+             "--collective_timeout_seconds=30"]
+
+    def job(model_dir, processes, devices):
+        port = localhost.free_ports(1)[0]
+        procs = []
+        for index in range(processes):
+            env = dict(os.environ, KERAS_BACKEND="jax",
+                       XLA_FLAGS="--xla_force_host_platform_device_count="
+                                 f"{devices}")
+            env.pop("KILL_AT_EPOCH_STEP", None)
+            if processes > 1:
+                env.update(
+                    KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}",
+                    KERAS_DISTRIBUTION_NUM_PROCESSES=str(processes),
+                    KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+            procs.append(subprocess.Popen(
+                [sys.executable, SCRIPT, *TINY, *noise,
+                 f"--model_dir={model_dir}"], env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        try:
+            return [(p.wait(timeout=300), p.stdout.read() + p.stderr.read())
+                    for p in procs]
+        finally:
+            localhost.kill(procs)
+
+    one = job(tmp_path / "one", 1, 2)
+    assert one[0][0] == 0, one[0][1][-3000:]
+    two = job(tmp_path / "two", 2, 1)
+    for code, log in two:
+        assert code == 0, log[-3000:]
+    first, second = (json.loads((tmp_path / d / "summary.json").read_text())
+                     for d in ("one", "two"))
+    assert first["batch_trajectory"] == second["batch_trajectory"]
+    assert first["updates"] == second["updates"]
+    # Both processes printed the same trajectory in their closing lines.
+    lines = [next(ln for ln in log.splitlines() if "val_accuracy=" in ln)
+             for _, log in two]
+    assert len({ln.split("batch=")[1].split(" wall")[0] for ln in lines}) == 1
