@@ -8,12 +8,13 @@ Two models, each step one micro-batch of 64 under
   accumulator once more per micro-batch.
 
 Per backend (a process each), `fit` is run `--repeats` times alternately
-with and without the callback; each fit times its steps after the first
-`--warmup` (compilation) until the epoch ends, in wall and process CPU time.
-The median per-step time of each is reported, and the overhead in percent.
+without the callback and with it at each `--intervals` (it measures every
+`interval`-th update); each fit times its steps after the first `--warmup`
+(compilation) until the epoch ends, in wall and process CPU time. The
+median per-step time of each is reported, and the overhead in percent.
 
     python bench/noise_scale_cost.py
-    python bench/noise_scale_cost.py --backends jax --steps 40
+    python bench/noise_scale_cost.py --backends jax --steps 40 --intervals 1 4
 
 Prints a Markdown table and writes bench/results/noise_scale_cost.json.
 """
@@ -63,43 +64,51 @@ class _Timer:
         self.callback = Timer()
 
 
-def measure_backend(steps, warmup, repeats, batch=64):
+def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
     import keras
     import numpy as np
 
     import keras_largebatch as klb
 
     out = {}
-    for name in ("resnet_cifar_8x4", "mlp_4x1024"):
-        keras.utils.set_random_seed(0)
-        model, shape = build(name)
-        model.compile(
-            keras.optimizers.SGD(0.01, momentum=0.9,
-                                 gradient_accumulation_steps=2),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for name in models:
+        # One model per setting: the callback's wrapper stays on the model.
+        runs = {}
+        for interval in [None] + list(intervals):
+            keras.utils.set_random_seed(0)
+            model, shape = build(name)
+            optimizer = keras.optimizers.SGD(0.01, momentum=0.9,
+                                             gradient_accumulation_steps=2)
+            callbacks = []
+            if interval is not None:
+                optimizer = klb.NoiseScaleOptimizer(optimizer,
+                                                    interval=interval)
+                callbacks = [klb.GradientNoiseScale(batch)]
+            model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True))
+            runs[interval] = (model, callbacks, [])
         x = np.random.rand(batch * steps, *shape).astype("float32")
         y = np.random.randint(0, 10, batch * steps)
-        times = {False: [], True: []}
         for _ in range(repeats):
-            for with_gns in (False, True):
+            for model, callbacks, times in runs.values():
                 timer = _Timer(warmup)
-                callbacks = [timer.callback]
-                if with_gns:
-                    callbacks.insert(0, klb.GradientNoiseScale(batch))
                 model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
-                          shuffle=False, callbacks=callbacks)
+                          shuffle=False, callbacks=callbacks + [timer.callback])
                 n = steps - warmup
-                times[with_gns].append(
-                    [(e - s) * 1000 / n for s, e in zip(timer.start,
-                                                        timer.end)])
-        row = {"params": model.count_params()}
-        for with_gns, label in ((False, "plain"), (True, "gns")):
-            row[label + "_ms"] = statistics.median(t[0] for t in times[with_gns])
-            row[label + "_cpu_ms"] = statistics.median(
-                t[1] for t in times[with_gns])
-        row["overhead_pct"] = 100 * (row["gns_ms"] / row["plain_ms"] - 1)
-        row["overhead_cpu_pct"] = 100 * (
-            row["gns_cpu_ms"] / row["plain_cpu_ms"] - 1)
+                times.append([(e - s) * 1000 / n
+                              for s, e in zip(timer.start, timer.end)])
+        plain = runs[None][2]
+        row = {"params": runs[None][0].count_params(),
+               "plain_ms": statistics.median(t[0] for t in plain),
+               "plain_cpu_ms": statistics.median(t[1] for t in plain)}
+        for interval in intervals:
+            times = runs[interval][2]
+            wall = statistics.median(t[0] for t in times)
+            cpu = statistics.median(t[1] for t in times)
+            row[f"gns_every_{interval}"] = {
+                "ms": wall, "cpu_ms": cpu,
+                "overhead_pct": 100 * (wall / row["plain_ms"] - 1),
+                "overhead_cpu_pct": 100 * (cpu / row["plain_cpu_ms"] - 1)}
         out[name] = row
     return out
 
@@ -111,30 +120,38 @@ def main():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--intervals", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--models", nargs="+",
+                   default=["resnet_cifar_8x4", "mlp_4x1024"])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=RESULTS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(measure_backend(args.steps, args.warmup,
-                                         args.repeats)))
+                                         args.repeats, args.intervals,
+                                         args.models)))
         return
     results = {}
     for backend in args.backends:
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         proc = subprocess.run(
             [sys.executable, __file__, "--child", f"--steps={args.steps}",
-             f"--warmup={args.warmup}", f"--repeats={args.repeats}"],
+             f"--warmup={args.warmup}", f"--repeats={args.repeats}",
+             "--intervals", *map(str, args.intervals),
+             "--models", *args.models],
             env=env, capture_output=True, text=True, check=True)
         results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
-    print("| backend | model | params | step ms | with GNS ms | overhead "
-          "(wall) | overhead (CPU) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| backend | model | params | step ms | every | with GNS ms | "
+          "overhead (wall) | overhead (CPU) |")
+    print("|---|---|---|---|---|---|---|---|")
     for backend, rows in results.items():
         for name, r in rows.items():
-            print(f"| {backend} | {name} | {r['params']:,} | "
-                  f"{r['plain_ms']:.2f} | {r['gns_ms']:.2f} | "
-                  f"{r['overhead_pct']:+.1f}% | "
-                  f"{r['overhead_cpu_pct']:+.1f}% |")
+            for interval in args.intervals:
+                g = r[f"gns_every_{interval}"]
+                print(f"| {backend} | {name} | {r['params']:,} | "
+                      f"{r['plain_ms']:.2f} | {interval} | {g['ms']:.2f} | "
+                      f"{g['overhead_pct']:+.1f}% | "
+                      f"{g['overhead_cpu_pct']:+.1f}% |")
     with open(args.out, "w") as f:
         json.dump(dict(
             results=results,

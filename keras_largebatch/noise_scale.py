@@ -20,6 +20,10 @@ Both are unbiased; each is smoothed by a bias-corrected exponential moving
 average (as EleutherAI's gpt-neox does) before the ratio is taken:
 `B_simple = ema(trace) / ema(grad_sq)`.
 
+The statistics are optimizer state: `NoiseScaleOptimizer` wraps any
+optimizer, measures as it applies the gradients and saves the averages
+with the optimizer. `GradientNoiseScale` and `AdaptiveBatch` read them.
+
 References:
     - McCandlish et al., 2018, "An Empirical Model of Large-Batch
       Training", arXiv:1812.06162.
@@ -38,16 +42,28 @@ from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
 
 LOG_NAMES = ("gradient_noise_scale", "gns_grad_sq_norm", "gns_trace_cov")
+DEFAULT_BETA = 0.99
+DEFAULT_INTERVAL = 1
 
 
 def accumulating_optimizer(optimizer):
-    """The optimizer that holds the accumulators: the inner one of a
-    `LossScaleOptimizer` (`LARSMixed`, `LAMBMixed`), which is handed
+    """The optimizer that holds Keras' accumulators and micro-batch counter:
+    the innermost of a chain of wrappers (`NoiseScaleOptimizer`,
+    `LossScaleOptimizer`, `LARSMixed`, `LAMBMixed`), which is handed
     unscaled gradients."""
-    inner = getattr(optimizer, "inner_optimizer", None)
-    if inner is not None and inner.gradient_accumulation_steps:
-        return inner
+    while getattr(optimizer, "inner_optimizer", None) is not None:
+        optimizer = optimizer.inner_optimizer
     return optimizer
+
+
+def find_state(optimizer):
+    """The `NoiseScaleOptimizer` in `optimizer`'s chain of wrappers, or
+    None."""
+    while optimizer is not None:
+        if isinstance(optimizer, NoiseScaleOptimizer):
+            return optimizer
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return None
 
 
 def check_measurable(optimizer, strategy=None):
@@ -65,8 +81,7 @@ def check_measurable(optimizer, strategy=None):
     Raises:
         ValueError: with neither.
     """
-    replicas = getattr(strategy, "num_replicas_in_sync", 1)
-    if replicas > 1 and keras.backend.backend() == "tensorflow":
+    if _replicas(strategy) > 1:
         return "replicas"
     k = accumulating_optimizer(optimizer).gradient_accumulation_steps
     require(k is not None and k >= 2, "gradient_accumulation_steps", k,
@@ -74,6 +89,12 @@ def check_measurable(optimizer, strategy=None):
             "micro-batch gradients with their average), or train on several "
             "replicas of a TensorFlow strategy")
     return "accumulation"
+
+
+def _replicas(strategy):
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    return getattr(strategy, "num_replicas_in_sync", 1)
 
 
 def describe(b_simple, batch_size):
@@ -106,226 +127,407 @@ def describe(b_simple, batch_size):
             f"doubling the batch takes {doubled:.0%} of the steps; {verdict}")
 
 
-@keras_largebatch_export("keras_largebatch.GradientNoiseScale")
-class GradientNoiseScale(keras.callbacks.Callback):
-    """Logs the gradient noise scale B_simple each epoch, from any `fit`.
+@keras_largebatch_export("keras_largebatch.NoiseScaleOptimizer")
+class NoiseScaleOptimizer(keras.optimizers.Optimizer):
+    """Wraps an optimizer; measures the gradient noise as it applies gradients.
 
-    Two sources of K gradients of b examples each (unscaled: loss scaling
-    is undone first) and their average, over K * b examples:
+    Keeps, as its own saved variables, the moving averages from which
+    B_simple is read (`result`), and two variables of `AdaptiveBatch`: the
+    number of micro-batches per update in effect and the factor it applied
+    to the learning rate. Everything else (`learning_rate`, `iterations`,
+    loss scaling, saving of the inner state) is the wrapped optimizer's.
+
+    Two sources of K gradients of b examples each (unscaled: a loss scale
+    is undone) and their average, over K * b examples:
 
     - accumulation (every backend): `gradient_accumulation_steps = k >= 2`
-      on the optimizer (Keras' argument; `LARS`, `LARSMixed`, `LAMB`,
-      `LAMBMixed`, Keras' optimizers): the k micro-batch gradients, K = k,
-      b = `batch_size`;
-    - replicas (TensorFlow, a `tf.distribute` strategy with n > 1 replicas,
-      e.g. `keras_largebatch.distribute.MultiWorkerMirroredStrategy`; used
-      whenever n > 1): each replica's gradient as it enters the all-reduce,
-      K = n, b = `batch_size` / n (times k if the optimizer accumulates
-      before it reduces; `LARSMixed` and `LAMBMixed` reduce each
-      micro-batch). One scalar all-reduce per step is added.
+      on the optimizer, or on the inner one of a `LossScaleOptimizer`,
+      `LARSMixed`, `LAMBMixed`: the k micro-batch gradients, K = k, and
+      Keras' accumulators;
+    - replicas (TensorFlow, a `tf.distribute` strategy with n > 1
+      replicas; used whenever n > 1): each replica's gradient of the step
+      and their sum, K = n, every step. It costs one more all-reduce of
+      the gradients per step (twice the gradient traffic of a step without
+      it) and a scalar all-reduce: the wrapped optimizer sums the gradients
+      out of this wrapper's sight, and `interval` does not apply
+      (tf.distribute refuses a collective inside a conditional).
 
-    Per update, with `g_i` the K gradients:
+    Per measured update, with `g_i` the K gradients:
 
     ```python
     small = mean_i |g_i|^2;  big = |mean_i g_i|^2
-    grad_sq = (K * big - small) / (K - 1)         # |G|^2
-    trace = (small - big) * b * K / (K - 1)       # tr(Sigma)
-    ema = beta * ema + (1 - beta) * value         # each, bias-corrected
+    grad_sq = (K * big - small) / (K - 1)          # |G|^2
+    trace = (small - big) * b * K / (K - 1)        # tr(Sigma)
+    ema = beta * ema + (1 - beta) * value          # each, bias-corrected
     ```
 
-    At each epoch's end it adds to the logs (history, CSV, TensorBoard; put
-    it before those callbacks) `gradient_noise_scale` = ema(trace) /
-    ema(grad_sq), `gns_grad_sq_norm` and `gns_trace_cov`. The averages run
-    over the whole fit.
+    Only every `interval`-th update is measured (all of its micro-batches),
+    as all replicas and processes agree from the update count: the rest
+    cost nothing. A skipped step (a non-finite loss-scaled gradient) is not
+    measured.
 
-    How: when `fit` hands it the model, before the train step is traced,
-    it adds four scalar variables to the optimizer (so they are optimizer
-    state on every backend, JAX's stateless step included) and wraps, on
-    the instance, the optimizer's `apply` (accumulation: it reads the
-    gradients and Keras' accumulators) or its all-reduce (replicas); the
-    wrapper updates the four variables and calls the original. At the end
-    of `fit` both are undone (an optimizer saved during `fit` holds the
-    four extra variables). Its cost: one more read of each gradient per
-    step, and of each accumulator per update.
+    Compiling with it (`model.compile(NoiseScaleOptimizer(SGD(...)))`) puts
+    the statistics in checkpoints from the first save; `GradientNoiseScale`
+    and `AdaptiveBatch` wrap `model.optimizer` themselves when it holds no
+    `NoiseScaleOptimizer`.
 
     Args:
-        batch_size: Int >= 1, the global batch of one step of `fit` (one
-            micro-batch under accumulation).
-        beta: Float in [0, 1), the moving averages' decay. Defaults to
-            `0.99`.
+        optimizer: The `keras.optimizers.Optimizer` to wrap.
+        beta: Float in [0, 1), the moving averages' decay per measured
+            update. Defaults to `0.99`.
+        interval: Int >= 1, measure every `interval`-th update. Defaults
+            to `1`.
+        name: Defaults to `None`: `"noise_scale_optimizer"`, ...
 
     References:
         - McCandlish et al., 2018, "An Empirical Model of Large-Batch
           Training", arXiv:1812.06162 (Appendix A).
     """
 
-    def __init__(self, batch_size, beta=0.99):
+    def __init__(self, optimizer, beta=DEFAULT_BETA, interval=DEFAULT_INTERVAL,
+                 name=None, **kwargs):
+        require(isinstance(optimizer, keras.optimizers.Optimizer)
+                and not isinstance(optimizer, NoiseScaleOptimizer),
+                "optimizer", optimizer,
+                "a keras.optimizers.Optimizer other than a NoiseScaleOptimizer")
+        check_number("beta", beta, lambda x: 0 <= x < 1, "in [0, 1)")
+        check_int("interval", interval, 1)
+        super().__init__(learning_rate=0.0, name=name, **kwargs)
+        self.inner_optimizer = optimizer
+        self.beta = float(beta)
+        self.interval = interval
+        # The k the optimizer was compiled with (AdaptiveBatch's start).
+        self.initial_accumulation_steps = accumulating_optimizer(
+            optimizer).gradient_accumulation_steps
+
+    def build(self, var_list):
+        if self.built:
+            return
+
+        def scalar(name, dtype="float32", value=0.0):
+            return self.add_variable(
+                shape=(), dtype=dtype, name=name, aggregation="only_first_replica",
+                initializer=keras.initializers.Constant(value))
+
+        self.small_sum = scalar("gns_small_sum")
+        self.grad_sq = scalar("gns_grad_sq")
+        self.trace = scalar("gns_trace")  # ema of tr(Sigma) / batch_size
+        self.samples = scalar("gns_samples")
+        self.updates = scalar("updates", "int", 0)
+        self.accumulation_steps = scalar("accumulation_steps", "int", 0)
+        self.learning_rate_factor = scalar("learning_rate_factor", value=1.0)
+        if not self.inner_optimizer.built:
+            self.inner_optimizer.build(var_list)
+        super().build(var_list)
+
+    @property
+    def variables(self):
+        return self._variables + self.inner_optimizer.variables
+
+    @property
+    def statistics(self):
+        """The variables the step writes, in `result`'s order."""
+        return [self.small_sum, self.grad_sq, self.trace, self.samples,
+                self.updates]
+
+    def apply(self, grads, trainable_variables=None):
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        grads = list(grads)
+        variables = list(trainable_variables or self._trainable_variables)
+        counter = _counter(self)
+        before = ops.copy(counter.value)  # torch assigns in place.
+        measured = self._measure(grads, variables, before)
+        self.inner_optimizer.apply(grads, trainable_variables)
+        committed = self._commit(measured, before, counter.value)
+        for v, x in zip(self.statistics, committed):
+            v.assign(x)
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        if not self.built:
+            raise ValueError(
+                f"To call `stateless_apply`, {type(self).__name__} must be "
+                "built (i.e. its variables must have been created). You can "
+                "build it via `optimizer.build(trainable_variables)`.")
+        own = len(self._variables)
+        inner = self.inner_optimizer
+        mapping = list(zip(self._trainable_variables, trainable_variables))
+        mapping += list(zip(self.variables, optimizer_variables))
+        counter = _counter(self)
+        at = next(i for i, v in enumerate(inner.variables) if v is counter)
+        with keras.StatelessScope(state_mapping=mapping):
+            before = counter.value
+            measured = self._measure(grads, self._trainable_variables, before)
+        trainable, inner_values = inner.stateless_apply(
+            optimizer_variables[own:], grads, trainable_variables)
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            committed = self._commit(measured, before, inner_values[at])
+            for v, x in zip(self.statistics, committed):
+                v.assign(x)
+            own_values = [scope.get_current_value(v) for v in self._variables]
+        return trainable, own_values + list(inner_values)
+
+    def _measure(self, grads, variables, before):
+        """`(small, big, measured)` for this micro-batch, before it is
+        applied: `small` the squared norm of its gradients, `big` that of
+        the update's average gradient on an update step (replicas: the mean
+        squared norm of the replicas' gradients and that of their mean),
+        unscaled; zeros where not measured."""
+        acc = accumulating_optimizer(self)
+        k = acc.gradient_accumulation_steps or 1
+        present = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        inverse = ops.divide(1.0, _loss_scale(self.inner_optimizer))
+        zero = ops.zeros((), "float32")
+        replicas = _replica_count()
+        if replicas > 1:
+            import tensorflow as tf
+
+            context = tf.distribute.get_replica_context()
+
+            # Every step: a collective inside a `cond` would need a
+            # `merge_call` there, which tf.distribute refuses.
+            local = [ops.cast(g, "float32") for g, _ in present]
+            small = context.all_reduce(tf.distribute.ReduceOp.SUM, _sq(local))
+            total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+            # Keras divides each replica's loss by n: mean_i |n g_i|^2.
+            return (small * (replicas * inverse * inverse),
+                    _sq(total) * inverse * inverse,
+                    ops.convert_to_tensor(True))
+        measured = ops.equal((before // k) % self.interval, 0)
+        update = ops.equal((before + 1) % k, 0)
+
+        def average():
+            # Keras' accumulators, in the order the chain was built with.
+            accumulators = [
+                acc._accumulated_gradients[self._get_variable_index(v)]
+                for _, v in present]
+            return _sq([
+                ops.add(ops.multiply(ops.cast(g, "float32"), inverse),
+                        ops.cast(a.value, "float32"))
+                for (g, _), a in zip(present, accumulators)
+            ]) / float(k * k)
+
+        def measure():
+            small = _sq([g for g, _ in present]) * inverse * inverse
+            return small, ops.cond(update, average, lambda: zero)
+
+        return (*ops.cond(measured, measure, lambda: (zero, zero)), measured)
+
+    def _commit(self, measured, before, after):
+        """New values of `statistics`, given the micro-batch counter before
+        and after the wrapped optimizer applied this micro-batch (a skipped
+        step leaves it unchanged)."""
+        small, big, is_measured = measured
+        small_sum, grad_sq, trace, samples, updates = [
+            v.value for v in self.statistics]
+        k = accumulating_optimizer(self).gradient_accumulation_steps or 1
+        accepted = ops.not_equal(after, before)
+        update = ops.logical_and(accepted, ops.equal(after % k, 0))
+        replicas = _replica_count()
+        if replicas > 1:  # Each micro-batch is a sample: K = n.
+            n = float(replicas)
+            mean, sample = small, ops.logical_and(accepted, is_measured)
+            new_trace = (mean - big) / (n - 1)  # tr(Sigma) / batch_size
+        else:
+            n = float(k)
+            total = small_sum + small
+            mean, sample = total / n, ops.logical_and(update, is_measured)
+            small_sum = ops.where(ops.logical_and(accepted, is_measured),
+                                  ops.where(update, 0.0, total), small_sum)
+            new_trace = (mean - big) * (n / (n - 1))
+        new_grad_sq = (n * big - mean) / (n - 1)
+        b = self.beta
+        grad_sq = ops.where(sample, b * grad_sq + (1 - b) * new_grad_sq,
+                            grad_sq)
+        trace = ops.where(sample, b * trace + (1 - b) * new_trace, trace)
+        samples = ops.where(sample, samples + 1.0, samples)
+        updates = ops.where(update, updates + 1, updates)
+        return small_sum, grad_sq, trace, samples, updates
+
+    def result(self, batch_size):
+        """`{name: value}` for `LOG_NAMES`, bias-corrected, for a global
+        micro-batch of `batch_size` examples; NaNs before the first
+        measured update."""
+        _, grad_sq, trace, samples, _ = [
+            float(ops.convert_to_numpy(v.value)) for v in self.statistics]
+        if samples == 0:
+            return dict.fromkeys(LOG_NAMES, float("nan"))
+        debias = 1 - self.beta ** samples
+        grad_sq, trace = grad_sq / debias, trace * batch_size / debias
+        ratio = trace / grad_sq if grad_sq else float("nan")
+        return dict(zip(LOG_NAMES, (ratio, grad_sq, trace)))
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        # The base constructor sets a rate of its own before the inner exists.
+        if "inner_optimizer" not in vars(self):
+            keras.optimizers.Optimizer.learning_rate.fset(self, learning_rate)
+        else:
+            self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    def scale_loss(self, loss):
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        self.inner_optimizer.exclude_from_weight_decay(var_list, var_names)
+
+    def save_own_variables(self, store):
+        # The inner optimizer's variables are saved under `inner_optimizer/`.
+        for i, variable in enumerate(self._variables):
+            store[str(i)] = ops.convert_to_numpy(variable)
+
+    def load_own_variables(self, store):
+        if len(store.keys()) != len(self._variables):
+            return super().load_own_variables(store)  # Warns and skips.
+        for i, variable in enumerate(self._variables):
+            variable.assign(store[str(i)])
+
+    def get_config(self):
+        return {
+            "optimizer": keras.saving.serialize_keras_object(
+                self.inner_optimizer),
+            "beta": self.beta,
+            "interval": self.interval,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        config["optimizer"] = keras.saving.deserialize_keras_object(
+            config["optimizer"], custom_objects=custom_objects)
+        return cls(**config)
+
+
+def _counter(optimizer):
+    """Keras' micro-batch counter of the accumulating optimizer."""
+    return accumulating_optimizer(optimizer)._iterations
+
+
+def _loss_scale(optimizer):
+    """The factor the gradients `optimizer` receives carry: a loss-scale
+    optimizer's dynamic scale, else a fixed `loss_scale_factor`."""
+    scale = getattr(optimizer, "dynamic_scale", None)
+    if scale is not None:
+        return ops.cast(scale.value, "float32")
+    factor = accumulating_optimizer(optimizer).loss_scale_factor
+    return ops.convert_to_tensor(float(factor or 1.0), "float32")
+
+
+def _replica_count():
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    return context.num_replicas_in_sync if context is not None else 1
+
+
+def install(model, beta=None, interval=None):
+    """The `NoiseScaleOptimizer` of `model`'s optimizer; wraps
+    `model.optimizer` in a new one (`beta`, `interval`: its arguments, their
+    defaults if None) when it holds none. An existing one must agree with a
+    `beta` or `interval` given."""
+    state = find_state(model.optimizer)
+    if state is not None:
+        for name, value in (("beta", beta), ("interval", interval)):
+            require(value is None or value == getattr(state, name), name,
+                    value, f"the compiled NoiseScaleOptimizer's "
+                    f"({getattr(state, name)}) or None")
+        return state
+    strategy = None
+    if keras.backend.backend() == "tensorflow":
+        strategy = model.distribute_strategy
+    check_measurable(model.optimizer, strategy)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        state = NoiseScaleOptimizer(
+            model.optimizer,
+            beta=DEFAULT_BETA if beta is None else beta,
+            interval=DEFAULT_INTERVAL if interval is None else interval)
+        state.build(model.trainable_variables)
+    model.optimizer = state
+    model.train_function = None  # Traced again, with the wrapper.
+    return state
+
+
+@keras_largebatch_export("keras_largebatch.GradientNoiseScale")
+class GradientNoiseScale(keras.callbacks.Callback):
+    """Logs the gradient noise scale B_simple each epoch, from any `fit`.
+
+    Reads the statistics a `NoiseScaleOptimizer` keeps (see there for the
+    sources, replicas or gradient accumulation, and the estimator). If the
+    compiled optimizer holds none, `set_model` wraps `model.optimizer` in
+    one, which stays: the statistics are then saved with the optimizer and
+    go on over later fits.
+
+    At each epoch's end it adds to the logs (history, CSV, TensorBoard; put
+    it before those callbacks) `gradient_noise_scale` = ema(trace) /
+    ema(grad_sq), `gns_grad_sq_norm` and `gns_trace_cov`.
+
+    Args:
+        batch_size: Int >= 1, the global batch of one step of `fit` (one
+            micro-batch under accumulation).
+        beta: Float in [0, 1), the moving averages' decay, for a wrapper
+            this callback creates; `None` (the default) takes the
+            compiled `NoiseScaleOptimizer`'s, else `0.99`.
+        interval: Int >= 1, measure every `interval`-th update, likewise;
+            `None` (the default): the compiled one's, else `1`.
+
+    Raises:
+        ValueError: in `fit`, without accumulation or replicas, or when
+            `beta` or `interval` disagrees with the compiled wrapper's.
+
+    References:
+        - McCandlish et al., 2018, "An Empirical Model of Large-Batch
+          Training", arXiv:1812.06162 (Appendix A).
+    """
+
+    def __init__(self, batch_size, beta=None, interval=None):
         super().__init__()
         check_int("batch_size", batch_size, 1)
-        check_number("beta", beta, lambda x: 0 <= x < 1, "in [0, 1)")
+        if beta is not None:
+            check_number("beta", beta, lambda x: 0 <= x < 1, "in [0, 1)")
+            beta = float(beta)
+        if interval is not None:
+            check_int("interval", interval, 1)
         self.batch_size = batch_size
-        self.beta = float(beta)
-        self._hooked = None
+        self.beta = beta
+        self.interval = interval
+        self.state = None
 
     def set_model(self, model):
         super().set_model(model)
-        if self._hooked is None:
-            self._install(model)
-
-    def _install(self, model):
-        strategy = None
-        if keras.backend.backend() == "tensorflow":
-            strategy = model.distribute_strategy
-        if not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-        self.source = check_measurable(model.optimizer, strategy)
-        if self.source == "replicas":
-            owner, name, hook = _replica_hook(
-                model.optimizer, self, strategy.num_replicas_in_sync)
-        else:
-            owner = accumulating_optimizer(model.optimizer)
-            name, hook = "apply", self._accumulation_hook(owner)
-        with strategy.scope() if strategy else contextlib.nullcontext():
-            self._state = [
-                owner.add_variable(
-                    shape=(), dtype="float32", initializer="zeros",
-                    aggregation="only_first_replica", name=f"gns_{slot}",
-                )
-                for slot in ("small_sum", "grad_sq", "trace", "updates")
-            ]
-        setattr(owner, name, hook(getattr(owner, name)))
-        self._hooked = (owner, name)
-        model.train_function = None  # Traced again, with the hook.
-
-    def _accumulation_hook(self, optimizer):
-        k = optimizer.gradient_accumulation_steps
-
-        def hook(apply):
-            # `**kwargs`: a mixed wrapper's `gradient_step`; under
-            # accumulation it hands unscaled gradients.
-            def wrapped(grads, trainable_variables=None, **kwargs):
-                variables = trainable_variables or \
-                    optimizer._trainable_variables
-                # Keras 3's accumulators and raw counter (of micro-batches).
-                acc = optimizer._accumulated_gradients
-                index = optimizer._get_variable_index
-                pairs = [(g, acc[index(v)]) for g, v in zip(grads, variables)
-                         if g is not None]
-                inverse = 1.0 / (optimizer.loss_scale_factor or 1.0) ** 2
-                small = _sq([g for g, _ in pairs]) * inverse
-                update = ops.equal((optimizer._iterations + 1) % k, 0)
-                # The average, on the update step only (a pure branch).
-                big = ops.cond(
-                    update,
-                    lambda: _sq([ops.add(g, ops.cast(a.value, g.dtype))
-                                 for g, a in pairs]) * (inverse / k ** 2),
-                    lambda: ops.zeros((), "float32"),
-                )
-                small_sum = self._state[0]
-                small = ops.add(small_sum.value, small)
-                small_sum.assign(ops.where(update, 0.0, small))
-                self._update(small / k, big, k, self.batch_size, update)
-                return apply(grads, trainable_variables, **kwargs)
-
-            return wrapped
-
-        return hook
-
-    def _record_replicas(self, local, reduced, inverse_square, b_small):
-        """Replica context: `local` this replica's gradients (of the loss
-        Keras divides by n), `reduced` their sum, both times the loss scale
-        when `inverse_square` (1 / scale^2) says so."""
-        import tensorflow as tf
-
-        context = tf.distribute.get_replica_context()
-        n = context.num_replicas_in_sync
-        total = context.all_reduce(tf.distribute.ReduceOp.SUM, _sq(local))
-        small = total * (n * inverse_square)  # mean_i |n * g_i|^2
-        big = _sq(reduced) * inverse_square
-        self._update(small, big, n, b_small, True)
-
-    def _update(self, small, big, k, b_small, update):
-        _, grad_sq_ema, trace_ema, updates = self._state
-        grad_sq = (k * big - small) / (k - 1)
-        trace = (small - big) * (b_small * k / (k - 1))
-        b = self.beta
-        grad_sq_ema.assign(ops.where(
-            update, b * grad_sq_ema.value + (1 - b) * grad_sq,
-            grad_sq_ema.value))
-        trace_ema.assign(ops.where(
-            update, b * trace_ema.value + (1 - b) * trace, trace_ema.value))
-        updates.assign(ops.where(update, updates.value + 1, updates.value))
+        self.state = install(model, self.beta, self.interval)
+        self.source = check_measurable(
+            self.state.inner_optimizer,
+            model.distribute_strategy
+            if keras.backend.backend() == "tensorflow" else None)
 
     def result(self):
         """`{name: value}` for the three log names, bias-corrected; NaNs
-        before the first update."""
-        _, grad_sq, trace, updates = [
-            float(ops.convert_to_numpy(v.value)) for v in self._state
-        ]
-        if updates == 0:
-            return dict.fromkeys(LOG_NAMES, float("nan"))
-        debias = 1 - self.beta ** updates
-        grad_sq, trace = grad_sq / debias, trace / debias
-        ratio = trace / grad_sq if grad_sq else float("nan")
-        return dict(zip(LOG_NAMES, (ratio, grad_sq, trace)))
+        before the first measured update."""
+        return self.state.result(self.batch_size)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs.update(self.result())
 
-    def on_train_end(self, logs=None):
-        hooked, self._hooked = self._hooked, None
-        if hooked is None:
-            return
-        owner, name = hooked
-        delattr(owner, name)
-        # Keras' optimizers keep their variables in `_variables`.
-        tracked = owner._variables
-        for v in self._state:
-            tracked.pop(next(i for i, u in enumerate(tracked) if u is v))
-        self.model.train_function = None
-
     def get_config(self):
-        return {"batch_size": self.batch_size, "beta": self.beta}
-
-
-def _replica_hook(optimizer, callback, replicas):
-    """(owner, method name, wrapper) around the all-reduce of gradients:
-    `LARSMixed`/`LAMBMixed` reduce loss-scaled gradients in their public
-    `all_reduce_scaled_gradients`, each micro-batch; Keras' TensorFlow
-    optimizers (the inner one of a `LossScaleOptimizer`, on unscaled
-    gradients) in `_all_reduce_sum_gradients`, after accumulation."""
-    if hasattr(optimizer, "all_reduce_scaled_gradients"):
-        b_small = callback.batch_size / replicas
-
-        def hook(reduce):
-            def wrapped(grads):
-                reduced = reduce(grads)
-                inverse = 1.0 / ops.square(optimizer.dynamic_scale.value)
-                callback._record_replicas(
-                    [g for g in grads if g is not None],
-                    [g for g in reduced if g is not None], inverse, b_small)
-                return reduced
-
-            return wrapped
-
-        return optimizer, "all_reduce_scaled_gradients", hook
-    owner = getattr(optimizer, "inner_optimizer", optimizer)
-    k = owner.gradient_accumulation_steps or 1
-    b_small = callback.batch_size * k / replicas
-
-    def hook(reduce):
-        def wrapped(grads_and_vars):
-            grads_and_vars = list(grads_and_vars)
-            reduced = reduce(grads_and_vars)
-            callback._record_replicas(
-                [g for g, _ in grads_and_vars if g is not None],
-                [g for g, _ in reduced if g is not None], 1.0, b_small)
-            return reduced
-
-        return wrapped
-
-    return owner, "_all_reduce_sum_gradients", hook
+        return {"batch_size": self.batch_size, "beta": self.beta,
+                "interval": self.interval}
 
 
 def _sq(tensors):

@@ -1,0 +1,329 @@
+"""AdaptiveBatch: the batch follows B_simple on a closed-form problem, a
+change keeps the optimizer's state, the switch point and the rate follow
+micro-batches (examples), and the arguments; on the backend of the run."""
+
+import inspect
+import math
+
+import keras
+import numpy as np
+import pytest
+
+import keras_largebatch as klb
+
+
+def regression(d, n, sigma, seed=0):
+    """y = x.w* + noise, x ~ N(0, I_d), and a start w = w* + e, |e| = 1 (as
+    in test_noise_scale.py, whose closed form gives B_simple)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    w_star = rng.standard_normal((d, 1))
+    e = rng.standard_normal((d, 1))
+    e /= np.linalg.norm(e)
+    y = x @ w_star + sigma * rng.standard_normal((n, 1))
+    return x, y, w_star + e
+
+
+def linear_model(w):
+    model = keras.Sequential([keras.Input((w.shape[0],)),
+                              keras.layers.Dense(1, use_bias=False)])
+    model.layers[0].kernel.assign(w.astype("float32"))
+    return model
+
+
+B_SIMPLE = 129.0  # ((d + 1)|e|^2 + d sigma^2) / |e|^2, d = 64, |e| = sigma = 1
+
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
+    # At 1e-9 the weights stay still to float32 (LARS needs a rate > 0).
+    "lars": lambda: klb.LARS(1e-9, gradient_accumulation_steps=2),
+    "lars_mixed": lambda: klb.LARSMixed(1e-9, gradient_accumulation_steps=2),
+}
+
+
+def fit(model, x, y, callbacks, epochs, batch, **kwargs):
+    if not isinstance(callbacks, list):
+        callbacks = [callbacks]
+    return model.fit(x.astype("float32"), y.astype("float32"),
+                     batch_size=batch, epochs=epochs, verbose=0,
+                     callbacks=callbacks, **kwargs).history
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_noise_scale_policy_grows_to_b_simple_and_stops_there(name):
+    x, y, w = regression(d=64, n=8192, sigma=1.0)
+    model = linear_model(w)
+    model.compile(OPTIMIZERS[name](), "mse")
+    callback = klb.AdaptiveBatch(16, max_batch_size=2048, beta=0.98)
+    history = fit(model, x, y, callback, epochs=3, batch=16, shuffle=True)
+    batches = history["global_batch_size"]
+    # Starts at 16 * 2, far below B_simple; one epoch measures it.
+    assert batches[0] == 32
+    assert B_SIMPLE / 2 <= batches[1] <= 2 * B_SIMPLE
+    assert batches[2] == batches[1]
+    np.testing.assert_allclose(history["gradient_noise_scale"][-1], B_SIMPLE,
+                               rtol=0.25)
+
+
+def _snapshot(model):
+    inner = model.optimizer.inner_optimizer
+    return ([keras.ops.convert_to_numpy(v) for v in model.weights],
+            [keras.ops.convert_to_numpy(v) for v in inner.variables])
+
+
+class _Snapshot(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            self.state = _snapshot(self.model)
+
+
+def test_batch_change_keeps_optimizer_state_and_loss_scale():
+    x, y, w = regression(d=8, n=256, sigma=0.5)
+
+    def optimizer(k):
+        # A loss scale that grows every 3 finite steps, and momentum.
+        return klb.LARSMixed(0.5, momentum=0.9, eta=0.01,
+                             dynamic_growth_steps=3,
+                             gradient_accumulation_steps=k)
+
+    grown = linear_model(w)
+    grown.compile(optimizer(2), "mse")
+    snapshot = _Snapshot()
+    grown.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+              callbacks=[klb.AdaptiveBatch(16, schedule=[(1, 64)],
+                                           policy="schedule"), snapshot])
+    assert grown.optimizer.inner_optimizer.inner_optimizer \
+        .gradient_accumulation_steps == 4
+    # The same state after epoch 0, in an optimizer compiled with k = 4.
+    weights, variables = snapshot.state
+    started = linear_model(w)
+    started.compile(optimizer(4), "mse")
+    started.optimizer.build(started.trainable_variables)
+    started.set_weights(weights)
+    for v, value in zip(started.optimizer.variables, variables):
+        v.assign(value)
+    started.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    end = _snapshot(grown)
+    scale = grown.optimizer.inner_optimizer.dynamic_scale
+    assert float(keras.ops.convert_to_numpy(scale)) > 2.0 ** 15  # it grew
+    for a, b in zip(end[0] + end[1], started.weights + [
+            keras.ops.convert_to_numpy(v)
+            for v in started.optimizer.variables]):
+        np.testing.assert_allclose(a, keras.ops.convert_to_numpy(b),
+                                   rtol=1e-6, atol=1e-7)
+
+
+def _reference(x, y, w, batch, rate, ks):
+    """float64 SGD of L = mean((x.w - y)^2) over micro-batches in order; the
+    micro-batch with counter i is accumulated under k = ks(i) and an update
+    (at rate(i)) ends when (i + 1) % k == 0."""
+    w = w.astype("float64").copy()
+    acc, updates = 0.0, 0
+    for i in range(len(x) // batch):
+        xb, yb = x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]
+        acc = acc + 2.0 * xb.T @ (xb @ w - yb) / batch
+        k = ks(i)
+        if (i + 1) % k == 0:
+            w -= rate(i) * acc / k
+            acc, updates = 0.0, updates + 1
+    return w, updates
+
+
+def test_switch_waits_for_a_micro_batch_index_that_new_k_divides():
+    # 6 micro-batches an epoch: at the start of epoch 1 the counter is 6, so
+    # k = 4 starts at 8, after one more update of k = 2 (6, 7).
+    x, y, w = regression(d=4, n=48, sigma=0.5)
+    schedule = keras.optimizers.schedules.ExponentialDecay(
+        0.05, decay_steps=6, decay_rate=0.5)
+    model = linear_model(w)
+    model.compile(keras.optimizers.SGD(schedule, gradient_accumulation_steps=2),
+                  "mse")
+    callback = klb.AdaptiveBatch(8, policy="schedule", schedule=[(1, 32)])
+    history = fit(model, x, y, callback, epochs=3, batch=8, shuffle=False)
+    assert history["global_batch_size"] == [16, 32, 32]
+    expected, updates = _reference(
+        np.tile(x, (3, 1)), np.tile(y, (3, 1)), w, 8,
+        lambda i: 0.05 * 0.5 ** (i / 6), lambda i: 2 if i < 8 else 4)
+    assert history["updates"] == [3, 5, updates]
+    np.testing.assert_allclose(model.get_weights()[0], expected, rtol=1e-5)
+    # The rate follows the micro-batch count (examples), not updates.
+    np.testing.assert_allclose(
+        float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
+        0.05 * 0.5 ** (18 / 6), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rule, factor", [("unchanged", 1.0), ("linear", 4.0),
+                                          ("sqrt", 2.0)])
+@pytest.mark.parametrize("rate", ["float", "schedule"])
+def test_learning_rate_rule_scales_the_compiled_rate(rule, factor, rate):
+    x, y, w = regression(d=4, n=64, sigma=0.5)
+    base = 0.01 if rate == "float" else \
+        keras.optimizers.schedules.ExponentialDecay(0.01, 8, 0.5)
+    model = linear_model(w)
+    model.compile(keras.optimizers.SGD(base, gradient_accumulation_steps=2),
+                  "mse")
+    fit(model, x, y, klb.AdaptiveBatch(
+        8, policy="schedule", schedule=[(1, 64)], learning_rate_rule=rule),
+        epochs=2, batch=8, shuffle=False)
+    expected = 0.01 if rate == "float" else 0.01 * 0.5 ** (16 / 8)
+    np.testing.assert_allclose(
+        float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
+        expected * factor, rtol=1e-6)
+
+
+def test_adascale_gain_comes_from_the_statistics_at_the_change():
+    x, y, w = regression(d=64, n=4096, sigma=1.0)
+    model = linear_model(w)
+    model.compile(keras.optimizers.SGD(1e-9, gradient_accumulation_steps=2),
+                  "mse")
+    history = fit(model, x, y, klb.AdaptiveBatch(
+        16, policy="schedule", schedule=[(1, 128)],
+        learning_rate_rule="adascale"), epochs=2, batch=16, shuffle=True)
+    ratio = history["gradient_noise_scale"][0] / 32  # B_simple / B0
+    gain = (ratio + 1) / (ratio / 4 + 1)  # S = 128 / 32
+    assert 1 < gain < 4
+    np.testing.assert_allclose(
+        float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
+        1e-9 * gain, rtol=1e-5)
+
+
+def test_saved_state_resumes_at_the_batch_it_had(tmp_path):
+    x, y, w = regression(d=4, n=64, sigma=0.5)
+
+    def compiled():
+        model = linear_model(w)
+        model.compile(klb.NoiseScaleOptimizer(
+            keras.optimizers.SGD(0.01, gradient_accumulation_steps=2)), "mse")
+        model.optimizer.build(model.trainable_variables)
+        return model
+
+    model = compiled()
+    fit(model, x, y, klb.AdaptiveBatch(
+        8, policy="schedule", schedule=[(1, 32)], learning_rate_rule="linear"),
+        epochs=2, batch=8, shuffle=False)
+    path = str(tmp_path / "run.weights.h5")
+    model.save_weights(path)
+    restored = compiled()
+    restored.load_weights(path)
+    # A schedule that alone would keep k0 this epoch: the saved k wins.
+    history = fit(restored, x, y, klb.AdaptiveBatch(
+        8, policy="schedule", schedule=[(9, 32)], learning_rate_rule="linear"),
+        epochs=3, batch=8, shuffle=False, initial_epoch=2)
+    assert history["global_batch_size"] == [32]
+    np.testing.assert_allclose(
+        float(keras.ops.convert_to_numpy(restored.optimizer.learning_rate)),
+        0.02, rtol=1e-6)
+
+
+def test_logs_carry_the_batch_and_the_noise_scale_each_epoch():
+    x, y, w = regression(d=8, n=256, sigma=0.5)
+    model = linear_model(w)
+    model.compile(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
+                  "mse")
+    history = fit(model, x, y, klb.AdaptiveBatch(16, max_batch_size=64),
+                  epochs=2, batch=16, shuffle=False)
+    for name in ("global_batch_size", "updates", "gradient_noise_scale"):
+        assert len(history[name]) == 2
+    assert history["global_batch_size"][0] == 32
+
+
+@pytest.mark.parametrize(
+    "kwargs, shown",
+    [
+        ({"batch_size": 0, "max_batch_size": 64}, "batch_size=0"),
+        ({"batch_size": 16, "max_batch_size": 40}, "max_batch_size=40"),
+        ({"batch_size": 16}, "max_batch_size=None"),
+        ({"batch_size": 16, "max_batch_size": 64, "policy": "linear"},
+         "policy='linear'"),
+        ({"batch_size": 16, "max_batch_size": 64, "c": 0.0}, "c=0.0"),
+        ({"batch_size": 16, "max_batch_size": 64,
+          "learning_rate_rule": "cubic"}, "learning_rate_rule='cubic'"),
+        ({"batch_size": 16, "max_batch_size": 64, "schedule": [(1, 32)]},
+         "schedule=[(1, 32)]"),
+        ({"batch_size": 16, "policy": "schedule"}, "schedule=None"),
+        ({"batch_size": 16, "policy": "schedule", "schedule": [(2, 64),
+                                                               (1, 128)]},
+         "schedule=[(2, 64), (1, 128)]"),
+        ({"batch_size": 16, "policy": "schedule", "schedule": [(1, 24)]},
+         "schedule=[(1, 24)]"),
+        ({"batch_size": 16, "policy": "schedule", "max_batch_size": 32,
+          "schedule": [(1, 64)]}, "schedule=[(1, 64)]"),
+        ({"batch_size": 16, "max_batch_size": 64, "beta": 1.0}, "beta=1.0"),
+        ({"batch_size": 16, "max_batch_size": 64, "interval": 0},
+         "interval=0"),
+    ],
+)
+def test_bad_argument_is_named_with_its_value(kwargs, shown):
+    argument = shown.split("=")[0]
+    with pytest.raises(ValueError, match=f"`{argument}`") as info:
+        klb.AdaptiveBatch(**kwargs)
+    assert f"Received: {shown}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "k, kwargs, shown",
+    [
+        (None, {"max_batch_size": 64}, "gradient_accumulation_steps=None"),
+        (4, {"max_batch_size": 16}, "max_batch_size=16"),
+        (2, {"policy": "schedule", "schedule": [(1, 48)]},
+         "schedule=[(1, 48)]"),
+    ],
+)
+def test_fit_refuses_what_the_compiled_optimizer_cannot_grow(k, kwargs,
+                                                             shown):
+    x, y, w = regression(d=4, n=64, sigma=0.5)
+    model = linear_model(w)
+    model.compile(keras.optimizers.SGD(0.01, gradient_accumulation_steps=k),
+                  "mse")
+    with pytest.raises(ValueError) as info:
+        fit(model, x, y, klb.AdaptiveBatch(8, **kwargs), epochs=1, batch=8)
+    assert f"Received: {shown}" in str(info.value)
+
+
+def test_get_config_covers_every_argument():
+    callback = klb.AdaptiveBatch(16, policy="schedule", schedule=[(2, 64)],
+                                 learning_rate_rule="sqrt", c=2.0)
+    config = callback.get_config()
+    signature = inspect.signature(klb.AdaptiveBatch.__init__)
+    assert set(config) == set(signature.parameters) - {"self"}
+    assert klb.AdaptiveBatch(**config).get_config() == config
+
+
+def test_exported_and_registered_under_package_name():
+    assert (keras.saving.get_registered_name(klb.AdaptiveBatch)
+            == "keras_largebatch>AdaptiveBatch")
+    assert math.isclose(klb.AdaptiveBatch(8, 64).c, 1.0)
+
+
+class _Kill(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise RuntimeError("killed")
+
+
+def test_killed_run_resumes_with_the_weights_of_an_uninterrupted_one(
+        tmp_path):
+    # 6 micro-batches an epoch: each change waits for its micro-batch.
+    x, y, _ = regression(d=4, n=48, sigma=0.5)
+
+    def run(*callbacks):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(
+            keras.optimizers.schedules.ExponentialDecay(0.05, 6, 0.7),
+            momentum=0.9, gradient_accumulation_steps=2), "mse")
+        adaptive = klb.AdaptiveBatch(8, policy="schedule",
+                                     schedule=[(1, 32), (2, 64)],
+                                     learning_rate_rule="sqrt")
+        return model, fit(model, x, y, [adaptive, *callbacks], epochs=4,
+                          batch=8, shuffle=False)
+
+    reference, history = run()
+    assert history["global_batch_size"] == [16, 32, 64, 64]
+    backup = str(tmp_path / "backup")
+    with pytest.raises(RuntimeError, match="killed"):
+        run(keras.callbacks.BackupAndRestore(backup), _Kill())
+    resumed, history = run(keras.callbacks.BackupAndRestore(backup))
+    assert history["global_batch_size"] == [64, 64]
+    for a, b in zip(reference.get_weights(), resumed.get_weights()):
+        np.testing.assert_array_equal(a, b)
