@@ -14,9 +14,12 @@ import importlib.util as _util
 import os as _os
 import sys as _sys
 
+from keras_largebatch import api_export as _api_export
+from keras_largebatch.adaptive_batch import AdaptiveBatch
 from keras_largebatch.decay import exclude_bias_and_norm
 from keras_largebatch.decay import no_decay_variables
 from keras_largebatch.noise_scale import GradientNoiseScale
+from keras_largebatch.noise_scale import NoiseScaleOptimizer
 from keras_largebatch.optimizers import LAMB
 from keras_largebatch.optimizers import LAMBMixed
 from keras_largebatch.optimizers import LARS
@@ -29,20 +32,7 @@ from keras_largebatch.schedules import scale_learning_rate
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "GradientNoiseScale",
-    "LAMB",
-    "LAMBMixed",
-    "LARS",
-    "LARSMixed",
-    "PreciseBatchNorm",
-    "WarmupPolynomialDecay",
-    "exclude_bias_and_norm",
-    "mlperf_lars_rate",
-    "no_decay_variables",
-    "recompute_batch_norm_statistics",
-    "scale_learning_rate",
-]
+__all__ = _api_export.public_names(__name__)
 
 
 def _map_applications():
@@ -70,3 +60,7 @@ def _map_applications():
 
 
 _map_applications()
+
+# Registers the applications' layers (`keras_largebatch>PadChannels`), so a
+# model that uses them loads after `import keras_largebatch` alone.
+from keras_largebatch import applications  # noqa: E402

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from keras_largebatch._shared import check_int
+from keras_largebatch.api_export import keras_largebatch_export
 
 
 def batch_norm_layers(model):
@@ -36,6 +37,7 @@ def batch_norm_layers(model):
             and layer.trainable]
 
 
+@keras_largebatch_export("keras_largebatch.recompute_batch_norm_statistics")
 def recompute_batch_norm_statistics(model, batches, num_batches):
     """Sets every batch norm's moving statistics to their precise values.
 
@@ -96,6 +98,7 @@ def recompute_batch_norm_statistics(model, batches, num_batches):
     return len(layers)
 
 
+@keras_largebatch_export("keras_largebatch.PreciseBatchNorm")
 class PreciseBatchNorm(keras.callbacks.Callback):
     """Recomputes batch-norm statistics before every evaluation.
 
