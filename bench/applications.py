@@ -4,7 +4,7 @@ Every configuration trains with the same backend, dtype policy, optimizer
 (`keras_largebatch.LARSMixed`) and one synthetic batch on the device; the
 step is the one `fit` compiles (jitted on JAX/TF), timed per step by a
 callback. Reported: `batch / median(step time)` after the warm-up steps.
-`bench/gpu_campaign.py` reuses `build_model` and `fit_images_per_s`.
+`bench/gpu_campaign_parts.py` (the GPU campaign) reuses `build_model` and `fit_images_per_s`.
 
     python bench/applications.py --backend jax --size 64 --batch 32 --steps 5
 

@@ -1,7 +1,10 @@
 """`bench/gpu_campaign.py --smoke`: every part runs, on JAX and torch, and
 lands in the JSON and the Markdown (the GPU numbers need a GPU; this only
-proves the code that measures them runs)."""
+proves the code that measures them runs). A backend that is not installed is
+said and left for later; the grown-batch runs carry the command's flags."""
 
+import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,6 +12,8 @@ import sys
 
 import keras
 import pytest
+
+from keras_largebatch.train import data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -19,6 +24,18 @@ pytestmark = pytest.mark.skipif(
            "run once, under the JAX suite")
 
 
+def _campaign():
+    """`bench/gpu_campaign.py`, imported by its path."""
+    spec = importlib.util.spec_from_file_location(
+        "gpu_campaign_entry", os.path.join(ROOT, "bench", "gpu_campaign.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(data.find_fashion_mnist() is None,
+                    reason="the smoke's study trains on Fashion-MNIST "
+                           "(dataset-fashion-mnist)")
 def test_smoke_campaign_fills_every_part(tmp_path):
     out = tmp_path / "campaign"
     proc = subprocess.run(
@@ -61,3 +78,48 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["a"] == record["a"]
     assert len(json.loads(out.with_suffix(".json").read_text())["c"][
         "runs"]) == len(c["runs"])
+
+
+def test_backend_not_installed_is_said_and_its_items_wait(tmp_path, capsys):
+    campaign_module = _campaign()
+    args = campaign_module.parse_args(["--smoke", "--out", str(tmp_path / "c")])
+    campaign = campaign_module.Campaign(args)
+    items = [dict(key="absent|keras|lso_sgd", backend="no_such_backend")]
+
+    assert campaign.run_items("a", items, campaign_module.parts.SMOKE["a"])
+    assert "no_such_backend is not installed here; its 1 item(s) are not " \
+        "measured" in capsys.readouterr().out
+    assert campaign.record["a"]["results"] == {}
+    assert campaign.session["not_installed"] == {"no_such_backend": ["a"]}
+    assert "no_such_backend not installed: a" in campaign_module.markdown(
+        campaign.record, str(tmp_path / "study.md"))
+
+
+def test_grown_runs_pass_the_adaptive_flags_and_wait_for_them(monkeypatch):
+    _campaign()
+    import gpu_campaign_parts as parts
+
+    settings = parts.C_SETTINGS
+    args = argparse.Namespace(work_dir="runs", data_dir="", smoke=False,
+                              dataset="fashion_mnist")
+    grown_pass = next(p for p in settings["passes"] if p.get("grown"))
+    pass_args = parts.study_args(settings, grown_pass, args)
+    specs = list(parts.grown_specs(settings, pass_args, []))
+    schedule = next(s for s in specs if s["policy"] == "schedule")
+    argv = parts.grown_argv(schedule, pass_args)
+
+    assert {s["policy"] for s in specs} == {"noise_scale", "schedule"}
+    assert [a for a in argv if a.startswith("--gradient_accumulation")] == [
+        "--gradient_accumulation_steps=2"]
+    assert "--global_batch_size=128" in argv
+    assert "--adaptive_batch=schedule" in argv
+    assert "--max_global_batch_size=4096" in argv
+    assert f"{parts.SCHEDULE_FLAG}=1:256,2:512,3:1024,4:2048,5:4096" in argv
+
+    # Without the command's flag, no grown run starts and part c stays
+    # incomplete.
+    monkeypatch.setattr(parts, "grown_flags_exist", lambda: False)
+    session = dict(command="c", gpu=None, host="h", started="s")
+    plan = parts.StudyPlan(settings, args, {"runs": []}, session, "now")
+    assert "policy" not in plan.next_task([], float("inf"))["spec"]
+    assert not plan.complete()

@@ -1,0 +1,363 @@
+"""Growing the batch: adaptive and scheduled batches against fixed ones.
+
+The large-batch study's network and data (ResNet-8 of width 4 on
+Fashion-MNIST), the batch grown during training by
+`keras-largebatch-train --adaptive_batch=...`:
+
+- `noise_scale`: the batch follows B_simple (`keras_largebatch.AdaptiveBatch`),
+  from `--start_batch` (micro-batches of `--micro_batch`) up to
+  `--max_batch`;
+- `schedule`: Smith et al.'s plan, the fixed `--schedule` steps.
+
+Each (policy, optimizer) gets a sweep of `--rates` peak rates (log-spaced
+by 2x around `--center_rates`, extended while the best is at an edge), the
+best again with a second seed. The fixed batches are not run again: their
+runs are read from the large-batch study's JSON files (`--fixed`). It writes
+`<out>.json` (every run), `<out>.md` (the table: final accuracy, updates,
+examples, updates to each `--targets` accuracy) and `<out>.png` (accuracy
+against updates, every run, fixed and grown, on the same axes). Finished
+runs are kept and skipped on a rerun; `--report_only` rewrites the outputs.
+
+    KERAS_BACKEND=jax python bench/adaptive_batch_study.py --optimizers sgd
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import large_batch_study as lbs  # noqa: E402
+
+HERE = lbs.HERE
+FIXED = [os.path.join(lbs.RESULTS, "large_batch_study.json"),
+         os.path.join(lbs.RESULTS, "noise_scale_sweeps.json")]
+# The fixed batches' best rates of the large-batch study: the centre of
+# each sweep here (the rate tuned at the starting batch).
+CENTER = {"sgd": 0.2, "lars_mixed": 14.1, "lamb_mixed": 0.0226}
+
+
+def run_key(r):
+    rule = f"|{r['lr_rule']}" if r.get("lr_rule") else ""
+    return (f"{r['policy']}|{r['optimizer']}|{r['epochs']}|{r['rate']:.6g}|"
+            f"{r['seed']}{rule}")
+
+
+def model_dir_of(spec, args):
+    return os.path.join(args.work_dir, run_key(spec).replace("|", "_"))
+
+
+def train_argv(spec, args):
+    """The command's arguments of one grown-batch run."""
+    fixed = dict(spec, batch=args.start_batch, phase=spec["policy"])
+    argv = lbs.train_argv(fixed, _as_lbs_args(args))
+    argv = [a for a in argv if not a.startswith(
+        ("--model_dir=", "--gradient_accumulation_steps="))]
+    argv += [f"--model_dir={model_dir_of(spec, args)}",
+             "--gradient_accumulation_steps="
+             f"{args.start_batch // args.micro_batch}",
+             f"--adaptive_batch={spec['policy']}",
+             f"--max_global_batch_size={args.max_batch}"]
+    if spec["policy"] == "schedule":
+        argv.append(f"--batch_schedule={args.schedule}")
+    if spec.get("lr_rule"):
+        argv.append(f"--adaptive_learning_rate={spec['lr_rule']}")
+    return argv
+
+
+def _as_lbs_args(args):
+    return argparse.Namespace(
+        model="resnet_cifar", depth=8, width=4, dataset="fashion_mnist",
+        weight_decay=5e-4, label_smoothing=0.1, bn_momentum=0.9,
+        replica_batch=args.micro_batch, steps_per_epoch=args.steps_per_epoch,
+        data_dir=args.data_dir, work_dir=args.work_dir)
+
+
+def one_run(spec, args):
+    import subprocess
+    import time
+
+    cmd = [sys.executable, "-c",
+           "from keras_largebatch.train.main import run; run()",
+           *train_argv(spec, args)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    wall = time.perf_counter() - start
+    model_dir = model_dir_of(spec, args)
+    import csv
+
+    with open(os.path.join(model_dir, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(model_dir, "history.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return dict(
+        spec,
+        val_accuracy=summary["val_accuracy"],
+        val_accuracy_per_epoch=[float(r["val_accuracy"]) for r in rows],
+        train_loss_per_epoch=[float(r["loss"]) for r in rows],
+        batch_per_epoch=[int(float(r["global_batch_size"])) for r in rows],
+        noise_scale_per_epoch=[float(r.get("gradient_noise_scale") or "nan")
+                               for r in rows],
+        updates=summary.get("updates"),
+        num_train=summary["num_train"], backend=summary["backend"],
+        wall_seconds=wall, loadavg_after=os.getloadavg()[0],
+        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"))
+
+
+def curve(run):
+    """(cumulative updates, val accuracy) at each epoch's end. A grown run's
+    updates per epoch are num_train / its batch that epoch; a fixed run's
+    num_train / batch."""
+    n = run["num_train"]
+    batches = run.get("batch_per_epoch") or [run["batch"]] * len(
+        run["val_accuracy_per_epoch"])
+    updates, total = [], 0.0
+    for b in batches:
+        total += n / b
+        updates.append(total)
+    return updates, run["val_accuracy_per_epoch"]
+
+
+def updates_to(run, target):
+    """Updates to the first epoch whose accuracy reaches `target`,
+    interpolated linearly within that epoch; None if never."""
+    updates, acc = curve(run)
+    prev_u, prev_a = 0.0, 0.0
+    for u, a in zip(updates, acc):
+        if a >= target:
+            frac = (target - prev_a) / (a - prev_a) if a > prev_a else 1.0
+            return prev_u + frac * (u - prev_u)
+        prev_u, prev_a = u, a
+    return None
+
+
+def fixed_runs(args):
+    """The fixed-batch runs of the large-batch study at `args.epochs`: the
+    best of each (optimizer, batch)."""
+    pool = []
+    for path in FIXED:
+        if os.path.exists(path):
+            with open(path) as f:
+                pool += json.load(f)["runs"]
+    out = {}
+    for r in pool:
+        if r["epochs"] != args.epochs or r["seed"] != 0:
+            continue
+        key = (r["optimizer"], r["batch"])
+        if key not in out or r["val_accuracy"] > out[key]["val_accuracy"]:
+            out[key] = r
+    return out
+
+
+def best(runs, policy, optimizer, epochs):
+    pool = [r for r in runs if r["policy"] == policy and r["seed"] == 0
+            and r["optimizer"] == optimizer and r["epochs"] == epochs]
+    return max(pool, key=lambda r: r["val_accuracy"]) if pool else None
+
+
+def plan(args, runs):
+    """Sweeps first (noise-scale policy before the schedule), each extended
+    while its best rate is at an edge; then the best of each with seed 1."""
+    for policy in args.policies:
+        for optimizer in args.optimizers:
+            center = args.center or CENTER[optimizer]
+            low = -(args.rates // 2)
+            rates = args.rate_list or [
+                center * 2.0 ** k for k in range(low, low + args.rates)]
+            for rate in sorted(rates, key=lambda r: abs(math.log(r / center))):
+                yield spec_of(args, policy, optimizer, rate, 0)
+            for _ in range(args.extend):
+                top = best(runs, policy, optimizer, args.epochs)
+                swept = sorted(r["rate"] for r in runs if r["policy"] == policy
+                               and r["optimizer"] == optimizer
+                               and r["epochs"] == args.epochs
+                               and r["seed"] == 0)
+                if top is None or len(swept) < args.rates:
+                    break
+                if top["rate"] == swept[0]:
+                    yield spec_of(args, policy, optimizer, swept[0] / 2, 0)
+                elif top["rate"] == swept[-1]:
+                    yield spec_of(args, policy, optimizer, swept[-1] * 2, 0)
+                else:
+                    break
+    for policy in args.policies:
+        for optimizer in args.optimizers:
+            top = best(runs, policy, optimizer, args.epochs)
+            if top is not None:
+                yield spec_of(args, policy, optimizer, top["rate"], 1)
+
+
+def spec_of(args, policy, optimizer, rate, seed):
+    _, warmup = lbs.recipe_default(optimizer, args.start_batch, args.epochs)
+    return dict(policy=policy, optimizer=optimizer, epochs=args.epochs,
+                rate=rate, seed=seed, warmup_epochs=warmup,
+                start_batch=args.start_batch, max_batch=args.max_batch,
+                micro_batch=args.micro_batch, lr_rule=args.lr_rule)
+
+
+def report(record, args, path):
+    fixed = fixed_runs(args)
+    targets = args.targets
+    head = ("| run | optimizer | rate | seed | final val acc | updates | "
+            "examples | " + " | ".join(f"updates to {t}" for t in targets)
+            + " | batch by epoch |")
+    lines = [
+        f"# Growing the batch: ResNet-8 (width 4) on Fashion-MNIST, "
+        f"{args.epochs} epochs",
+        "",
+        f"Machine: {record['machine']}. Command: `{record['command']}`. "
+        f"Grown runs start at {args.start_batch} (micro-batches of "
+        f"{args.micro_batch}), at most {args.max_batch}. Fixed batches: the "
+        "large-batch study's best runs at this budget.",
+        "", head, "|" + "---|" * (head.count("|") - 1)]
+
+    def row(name, r):
+        updates, _ = curve(r)
+        to = [updates_to(r, t) for t in targets]
+        batches = r.get("batch_per_epoch") or [r["batch"]]
+        return (f"| {name} | {r['optimizer']} | {r['rate']:.4g} | "
+                f"{r['seed']} | {r['val_accuracy']:.4f} | {updates[-1]:.0f} | "
+                f"{r['num_train'] * r['epochs']:,} | "
+                + " | ".join("—" if u is None else f"{u:.0f}" for u in to)
+                + f" | {_compact(batches)} |")
+
+    for (optimizer, batch), r in sorted(fixed.items()):
+        if optimizer in args.optimizers:
+            lines.append(row(f"fixed {batch}", r))
+    for r in sorted(record["runs"], key=lambda r: (
+            r["policy"], r["optimizer"], r["rate"], r["seed"])):
+        lines.append(row(r["policy"], r))
+    from keras_largebatch._shared import atomic_write
+
+    atomic_write(path, "\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def _compact(batches):
+    """`128 x3, 256 x2, ...`: the batch of each epoch, run-length coded."""
+    out = []
+    for b in batches:
+        if out and out[-1][0] == b:
+            out[-1][1] += 1
+        else:
+            out.append([b, 1])
+    return ", ".join(f"{b}" + (f"×{n}" if n > 1 else "") for b, n in out)
+
+
+def plot(record, args, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fixed = fixed_runs(args)
+    optimizers = args.optimizers
+    fig, axes = plt.subplots(1, len(optimizers),
+                             figsize=(5.5 * len(optimizers), 4), squeeze=False)
+    styles = {"noise_scale": "-", "schedule": "-."}
+    for ax, optimizer in zip(axes[0], optimizers):
+        for (opt, batch), r in sorted(fixed.items()):
+            if opt == optimizer:
+                u, a = curve(r)
+                ax.plot(u, a, ":o", ms=3, label=f"fixed {batch}, lr {r['rate']:.3g}")
+        for r in record["runs"]:
+            if r["optimizer"] != optimizer:
+                continue
+            u, a = curve(r)
+            ax.plot(u, a, styles.get(r["policy"], "-"), marker=".",
+                    label=f"{r['policy']}, lr {r['rate']:.3g}, seed {r['seed']}"
+                          + (f", {r['lr_rule']}" if r.get("lr_rule") else ""))
+        ax.set_xscale("log")
+        ax.set_xlabel("optimizer updates")
+        ax.set_ylabel("validation accuracy")
+        ax.set_ylim(0.75, 0.93)
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{optimizer}, {args.epochs} epochs", fontsize=9)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def make_parser():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--optimizers", nargs="+", default=["sgd"],
+                   choices=["sgd", "lars_mixed", "lamb_mixed"])
+    p.add_argument("--policies", nargs="+", default=["noise_scale", "schedule"],
+                   choices=["noise_scale", "schedule"])
+    p.add_argument("--epochs", type=int, default=24)
+    p.add_argument("--start_batch", type=int, default=128)
+    p.add_argument("--micro_batch", type=int, default=64)
+    p.add_argument("--max_batch", type=int, default=4096)
+    p.add_argument("--schedule", default="3:256,6:512,9:1024,12:2048,15:4096",
+                   help="the schedule policy's EPOCH:BATCH steps")
+    p.add_argument("--lr_rule", default="",
+                   help="--adaptive_learning_rate of the runs (default: the "
+                        "command's)")
+    p.add_argument("--rates", type=int, default=4)
+    p.add_argument("--rate_list", type=float, nargs="+", default=[],
+                   help="run these rates (default: --rates around the "
+                        "centre), e.g. to split a sweep over two processes")
+    p.add_argument("--merge", nargs="+", default=[],
+                   help="other JSON files of this study whose runs join "
+                        "the report (a sweep split over processes)")
+    p.add_argument("--extend", type=int, default=2)
+    p.add_argument("--center", type=float, default=0.0,
+                   help="the sweep's centre rate (default: the fixed "
+                        "starting batch's best)")
+    p.add_argument("--targets", type=float, nargs="+", default=[0.88, 0.90])
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--steps_per_epoch", type=int, default=0)
+    p.add_argument("--data_dir", default="")
+    p.add_argument("--work_dir", default=os.path.join("runs", "adaptive"))
+    p.add_argument("--out", default=os.path.join(
+        lbs.RESULTS, "adaptive_batch_study"))
+    p.add_argument("--report_only", action="store_true")
+    return p
+
+
+def main():
+    args = make_parser().parse_args()
+    from keras_largebatch._shared import atomic_write
+
+    json_path = args.out + ".json"
+    record = {"runs": []}
+    if os.path.exists(json_path):
+        with open(json_path) as f:
+            record = json.load(f)
+    if not (args.report_only and record.get("command")):
+        record.update(
+            command="python bench/adaptive_batch_study.py "
+                    + " ".join(sys.argv[1:]),
+            machine=f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU")
+    record.setdefault("started", datetime.date.today().isoformat())
+    done = {run_key(r) for r in record["runs"]}
+    if not args.report_only:
+        for spec in plan(args, record["runs"]):
+            if run_key(spec) in done or spec["seed"] >= args.seeds:
+                continue
+            r = one_run(spec, args)
+            record["runs"].append(r)
+            done.add(run_key(r))
+            atomic_write(json_path, json.dumps(record, indent=1))
+            print(f"{r['policy']:11s} {r['optimizer']:10s} lr {r['rate']:8.4g} "
+                  f"seed {r['seed']} -> val {r['val_accuracy']:.4f}, "
+                  f"batches {_compact(r['batch_per_epoch'])} "
+                  f"({r['wall_seconds']:.0f} s)", flush=True)
+    atomic_write(json_path, json.dumps(record, indent=1))
+    for path in args.merge:
+        with open(path) as f:
+            record["runs"] += [r for r in json.load(f)["runs"]
+                               if run_key(r) not in done]
+    print(report(record, args, args.out + ".md"))
+    plot(record, args, args.out + ".png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU image rehearsed on this CPU (issue 31): a Python 3.12 venv with
+# the image's packages (JAX 0.11.2 on the CPU, NumPy, optax, absl-py, h5py,
+# ml-dtypes, rich, matplotlib, TensorBoard and the protobuf it pins), then
+# every other package only from the folder `--prepare` makes (no index, no
+# pip configuration), then `bench/gpu_campaign.py --smoke` with the
+# repository on PYTHONPATH, as the device command has it. torch is not
+# rehearsed: the image's torch 2.11 is a multi-GB download on a CPU, so the
+# campaign's torch items say "torch is not installed here" and wait.
+#
+#   bench/gpu_campaign_rehearsal.sh [WORK]   # default /tmp/gpu_campaign_rehearsal
+#
+# Steps 1 and 2 need the network; PYTHON312 names the interpreter (default:
+# pyenv's 3.12.1). WORK/smoke/campaign.{json,md,log} hold the smoke's record.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mkdir -p "${1:-/tmp/gpu_campaign_rehearsal}" && cd "${1:-/tmp/gpu_campaign_rehearsal}" && pwd)
+PYTHON312=${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}
+IMAGE=(jax==0.11.2 jaxlib==0.11.2 numpy optax absl-py h5py ml-dtypes rich
+       matplotlib tensorboard)
+VENV_PY=$WORK/venv/bin/python
+
+echo "== 1. the image's packages, Python $("$PYTHON312" -c 'import platform; print(platform.python_version())')"
+[ -x "$VENV_PY" ] || "$PYTHON312" -m venv "$WORK/venv"
+"$VENV_PY" -m pip install -q "${IMAGE[@]}"
+
+echo "== 2. the prepared folder (python3 of the repository, with the network)"
+python3 "$ROOT/bench/gpu_campaign.py" --prepare "$WORK/prepared" | tail -n 4
+
+echo "== 3. the prepared wheels and what they need, from that folder alone"
+env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
+  PIP_CONFIG_FILE=/dev/null "$VENV_PY" -m pip install -q --no-index \
+  --find-links "$WORK/prepared/wheels" "$WORK"/prepared/wheels/*.whl
+"$VENV_PY" -m pip list --format=freeze
+
+echo "== 4. the smoke"
+rm -rf "$WORK/smoke"
+cd "$WORK"
+time PYTHONPATH="$ROOT" "$VENV_PY" "$ROOT/bench/gpu_campaign.py" --smoke \
+  --out "$WORK/smoke/campaign" --data_dir "$WORK/prepared/fashion-mnist"

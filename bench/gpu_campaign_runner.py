@@ -1,0 +1,289 @@
+"""The runner of `bench/gpu_campaign.py`: worker processes, the budget, the
+record.
+
+A `Worker` is one `python bench/gpu_campaign.py --child` process of one
+backend (Keras fixes it at import): it reads one JSON task a line and
+answers one `RESULT` or `FAILED` line each. A `Campaign` keeps the record
+(`<out>.json`, resumed from, and `<out>.md`), starts no task that would end
+after the deadline and stops what runs at it (`Deadline`), and runs a
+part's tasks over its workers: one worker at a time per backend
+(`run_items`), or several sharing the device (`run_pool`).
+"""
+
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import gpu_campaign_report as report
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "gpu_campaign.py")
+VERSIONS = ["keras", "jax", "jaxlib", "torch", "numpy", "grain"]
+
+
+def child(tasks):
+    """A worker: one JSON task a line on stdin, one `RESULT`/`FAILED` line
+    each on stdout; `tasks[part](task)` runs a task."""
+    import keras
+
+    from gpu_campaign_parts import bench_module
+
+    apps = bench_module("applications")
+    backend = keras.backend.backend()
+    facts = {"backend": backend, "device": apps.device_name(backend)}
+    print("READY " + json.dumps(facts), flush=True)
+    for line in sys.stdin:
+        task = json.loads(line)
+        try:
+            result = tasks[task["part"]](task)
+        except Exception:  # noqa: BLE001 - reported to the parent
+            print("FAILED " + json.dumps(traceback.format_exc()), flush=True)
+            continue
+        print("RESULT " + json.dumps(dict(result, **facts)), flush=True)
+
+
+class Worker:
+    """A child process of one backend; its result lines go to `results`."""
+
+    environ = None  # The environment workers start from (default: ours).
+
+    def __init__(self, backend, results, log_path, env=()):
+        env = dict(self.environ or os.environ, KERAS_BACKEND=backend,
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", **dict(env))
+        self.log = open(log_path, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, SCRIPT, "--child"], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            text=True, cwd=os.getcwd())
+        self.backend, self.task = backend, None
+        self.reader = threading.Thread(target=self._read, args=(results,),
+                                       daemon=True)
+        self.reader.start()
+
+    def _read(self, results):
+        for line in self.proc.stdout:
+            self.log.write(line)
+            for tag in ("READY", "RESULT", "FAILED"):
+                if line.startswith(tag + " "):
+                    results.put((self, tag, json.loads(line[len(tag) + 1:])))
+        results.put((self, "EXIT", self.proc.wait()))
+
+    def send(self, task):
+        self.task = task
+        self.proc.stdin.write(json.dumps(task) + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=10)  # It writes to the log until EOF.
+        self.log.close()
+
+
+class Deadline(Exception):
+    """The budget ran out; finished items are saved."""
+
+
+class Campaign:
+    """The JSON record, the budget and the workers of one invocation."""
+
+    def __init__(self, args):
+        self.args, self.path = args, args.out + ".json"
+        self.deadline = (time.time() + args.budget_seconds
+                         if args.budget_seconds else float("inf"))
+        self.record = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.record = json.load(f)
+        if self.record.get("smoke", args.smoke) != args.smoke:
+            sys.exit(f"{self.path} holds a {'smoke' if args.smoke else 'real'}"
+                     " campaign's opposite; use another --out")
+        self.record["smoke"] = args.smoke
+        self.session = dict(
+            started=now(), command="python bench/gpu_campaign.py "
+            + " ".join(sys.argv[1:]), parts=args.parts,
+            host=f"{platform.machine()}, {os.cpu_count()} CPUs",
+            gpu=nvidia_smi(), python=platform.python_version(),
+            versions={p: version(p) for p in VERSIONS}, finished=[])
+        self.record.setdefault("sessions", []).append(self.session)
+        self.results = queue.Queue()
+        self.log_path = args.out + ".log"
+
+    def save(self):
+        from keras_largebatch._shared import atomic_write
+
+        self.session["seconds"] = round(
+            time.time() - _parse(self.session["started"]), 1)
+        atomic_write(self.path, json.dumps(self.record, indent=1))
+        atomic_write(self.args.out + ".md",
+                     report.markdown(self.record, self.args.out + "_study.md"))
+
+    def left(self):
+        return self.deadline - time.time()
+
+    def wait(self):
+        """The next line of any worker, or `Deadline`."""
+        try:
+            left = self.left()
+            return self.results.get(
+                timeout=None if left == float("inf") else max(left, 0))
+        except queue.Empty:
+            raise Deadline from None
+
+    def installed(self, part, backend, count):
+        """Whether `backend`'s package is here; if not, says so once and
+        notes the `count` items of `part` left unmeasured."""
+        if importlib.util.find_spec(backend) is not None:
+            return True
+        missing = self.session.setdefault("not_installed", {})
+        if part not in missing.setdefault(backend, []):
+            missing[backend].append(part)
+            print(f"part {part}: {backend} is not installed here; its "
+                  f"{count} item(s) are not measured", flush=True)
+        return False
+
+    def start(self, backend, env=()):
+        """A new worker, once it is ready (other workers' lines are kept)."""
+        worker = Worker(backend, self.results, self.log_path, env)
+        others = []
+        try:
+            while True:
+                got, tag, value = self.wait()
+                if got is not worker:
+                    others.append((got, tag, value))
+                elif tag == "READY":
+                    # A campaign on a CPU would spend its budget measuring
+                    # nothing: only the smoke may run there.
+                    if not self.args.smoke and value["device"].startswith("cpu"):
+                        worker.stop()
+                        sys.exit(f"{backend} sees no GPU ({value['device']}); "
+                                 "the campaign needs one (or --smoke)")
+                    return worker
+                else:
+                    sys.exit(f"a {backend} worker ended ({tag}) before "
+                             f"starting; see {self.log_path}")
+        finally:
+            for line in others:
+                self.results.put(line)
+
+    def run_items(self, part, items, settings):
+        """Runs the `items` (task dicts with a `key` and a `backend`) not yet
+        in the record, one worker per run of same-backend items; True when
+        every item whose backend is installed is done."""
+        store = self.record.setdefault(part, {})
+        if store.get("settings", settings) != settings:
+            sys.exit(f"{self.path}: part {part} was measured with "
+                     f"{store['settings']}, not {settings}; use another --out")
+        store["settings"] = settings
+        done = store.setdefault("results", {})
+        todo = [i for i in items if i["key"] not in done]
+        backends = {i["backend"] for i in todo}
+        absent = {b for b in backends if not self.installed(
+            part, b, sum(i["backend"] == b for i in todo))}
+        todo = [i for i in todo if i["backend"] not in absent]
+        worker, seconds = None, {}
+        try:
+            for item in todo:
+                # An item that would not end in time is not started.
+                if self.left() < seconds.get(item["backend"], 0):
+                    raise Deadline
+                if worker and worker.backend != item["backend"]:
+                    worker.stop()
+                    worker = None
+                worker = worker or self.start(item["backend"])
+                start = time.time()
+                worker.send(dict(item, part=part, settings=settings))
+                while True:
+                    got, tag, value = self.wait()
+                    if got is not worker:
+                        continue
+                    if tag == "RESULT":
+                        seconds[item["backend"]] = max(
+                            seconds.get(item["backend"], 0), time.time() - start)
+                        done[item["key"]] = dict(
+                            value, seconds=round(time.time() - start, 1),
+                            finished=now())
+                        self.save()
+                        print(f"{part} {item['key']}: {report.brief(value)}",
+                              flush=True)
+                        break
+                    worker.stop()
+                    raise SystemExit(f"part {part} {item['key']} failed "
+                                     f"({tag}): {value}; see {self.log_path}")
+        finally:
+            if worker:
+                worker.stop()
+        return all(i["key"] in done for i in todo)
+
+    def run_pool(self, plan, count, env=()):
+        """Runs `plan`'s tasks over up to `count` workers of its backend at
+        once: `plan.next_task(busy, seconds_left)` gives the next (None:
+        nothing that fits), `plan.finished(task, result, now)` records one
+        and gives the line to print. Returns `plan.complete()`."""
+        workers, busy = [], {}
+        try:
+            while True:
+                idle = [w for w in workers if w not in busy]
+                while len(workers) < count and not idle:
+                    if plan.next_task(list(busy.values()), self.left()) is None:
+                        break
+                    workers.append(self.start(plan.backend, env))
+                    idle = [workers[-1]]
+                for worker in idle:
+                    task = plan.next_task(list(busy.values()), self.left())
+                    if task is None:
+                        break
+                    worker.send(dict(task, part=plan.part))
+                    busy[worker] = task
+                if not busy:
+                    break
+                got, tag, value = self.wait()
+                if got not in workers:
+                    continue
+                if tag == "RESULT":
+                    line = plan.finished(busy.pop(got), value, now())
+                    self.save()
+                    print(line, flush=True)
+                elif tag in ("FAILED", "EXIT"):
+                    raise SystemExit(f"part {plan.part} {got.task} failed "
+                                     f"({tag}): {value}; see {self.log_path}")
+        finally:
+            for worker in workers:
+                worker.stop()
+        return plan.complete()
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds")
+
+
+def _parse(stamp):
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+def version(package):
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def nvidia_smi():
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+         "--format=csv,noheader"], capture_output=True, text=True)
+    return out.stdout.strip().replace("\n", "; ") or None
