@@ -77,20 +77,11 @@ def _as_lbs_args(args):
 
 
 def one_run(spec, args):
-    import subprocess
-    import time
-
-    cmd = [sys.executable, "-c",
-           "from keras_largebatch.train.main import run; run()",
-           *train_argv(spec, args)]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    wall = time.perf_counter() - start
-    model_dir = model_dir_of(spec, args)
+    """One grown-batch run, in a process of its own, and its record."""
     import csv
 
+    wall = lbs.run_command(train_argv(spec, args))
+    model_dir = model_dir_of(spec, args)
     with open(os.path.join(model_dir, "summary.json")) as f:
         summary = json.load(f)
     with open(os.path.join(model_dir, "history.csv")) as f:

@@ -88,16 +88,21 @@ def train_argv(spec, args):
     return argv
 
 
-def one_run(spec, args):
-    """One run, in a process of its own."""
+def run_command(argv):
+    """`keras-largebatch-train argv` in a process of its own; its wall time
+    in seconds (a failed run ends the study with its stderr)."""
     cmd = [sys.executable, "-c",
-           "from keras_largebatch.train.main import run; run()",
-           *train_argv(spec, args)]
+           "from keras_largebatch.train.main import run; run()", *argv]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    return collect(spec, args, time.perf_counter() - start)
+    return time.perf_counter() - start
+
+
+def one_run(spec, args):
+    """One run, in a process of its own."""
+    return collect(spec, args, run_command(train_argv(spec, args)))
 
 
 def collect(spec, args, wall_seconds):

@@ -4,6 +4,8 @@ micro-batches (examples), and the arguments; on the backend of the run."""
 
 import inspect
 import math
+import os
+import sys
 
 import keras
 import numpy as np
@@ -11,24 +13,9 @@ import pytest
 
 import keras_largebatch as klb
 
-
-def regression(d, n, sigma, seed=0):
-    """y = x.w* + noise, x ~ N(0, I_d), and a start w = w* + e, |e| = 1 (as
-    in test_noise_scale.py, whose closed form gives B_simple)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    w_star = rng.standard_normal((d, 1))
-    e = rng.standard_normal((d, 1))
-    e /= np.linalg.norm(e)
-    y = x @ w_star + sigma * rng.standard_normal((n, 1))
-    return x, y, w_star + e
-
-
-def linear_model(w):
-    model = keras.Sequential([keras.Input((w.shape[0],)),
-                              keras.layers.Dense(1, use_bias=False)])
-    model.layers[0].kernel.assign(w.astype("float32"))
-    return model
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from regression_problem import linear_model  # noqa: E402
+from regression_problem import regression  # noqa: E402
 
 
 B_SIMPLE = 129.0  # ((d + 1)|e|^2 + d sigma^2) / |e|^2, d = 64, |e| = sigma = 1

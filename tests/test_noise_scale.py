@@ -2,6 +2,8 @@
 and its arguments; on the backend of the run (KERAS_BACKEND)."""
 
 import inspect
+import os
+import sys
 
 import keras
 import numpy as np
@@ -9,6 +11,10 @@ import pytest
 
 import keras_largebatch as klb
 from keras_largebatch import noise_scale
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from regression_problem import linear_model  # noqa: E402
+from regression_problem import regression  # noqa: E402
 
 
 def reference(x, y, w, batch, k, beta, interval=1):
@@ -35,26 +41,6 @@ def reference(x, y, w, batch, k, beta, interval=1):
         updates += 1
     debias = 1 - beta ** updates
     return ema_t / ema_g, ema_g / debias, ema_t / debias
-
-
-def regression(d, n, sigma, seed=0):
-    """y = x.w* + noise, x ~ N(0, I_d), and a start w = w* + e, |e| = 1."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    w_star = rng.standard_normal((d, 1))
-    e = rng.standard_normal((d, 1))
-    e /= np.linalg.norm(e)
-    y = x @ w_star + sigma * rng.standard_normal((n, 1))
-    return x, y, w_star + e
-
-
-def linear_model(w):
-    model = keras.Sequential([
-        keras.Input((w.shape[0],)),
-        keras.layers.Dense(1, use_bias=False),
-    ])
-    model.layers[0].kernel.assign(w.astype("float32"))
-    return model
 
 
 def fit_logs(optimizer, x, y, w, batch, beta, epochs=1, shuffle=False,
