@@ -41,9 +41,14 @@ CENTER = {"sgd": 0.2, "lars_mixed": 14.1, "lamb_mixed": 0.0226}
 
 
 def run_key(r):
-    rule = f"|{r['lr_rule']}" if r.get("lr_rule") else ""
     return (f"{r['policy']}|{r['optimizer']}|{r['epochs']}|{r['rate']:.6g}|"
-            f"{r['seed']}{rule}")
+            f"{r['seed']}|{r['lr_rule']}{_multiple(r)}")
+
+
+def _multiple(r):
+    """`|c2` for a noise-scale run at 2 x B_simple; empty at 1."""
+    c = r.get("c", 1.0)
+    return "" if c == 1.0 else f"|c{c:g}"
 
 
 def model_dir_of(spec, args):
@@ -63,8 +68,9 @@ def train_argv(spec, args):
              f"--max_global_batch_size={args.max_batch}"]
     if spec["policy"] == "schedule":
         argv.append(f"--batch_schedule={args.schedule}")
-    if spec.get("lr_rule"):
-        argv.append(f"--adaptive_learning_rate={spec['lr_rule']}")
+    argv.append(f"--adaptive_learning_rate={spec['lr_rule']}")
+    if spec.get("c", 1.0) != 1.0:
+        argv.append(f"--noise_scale_multiple={spec['c']}")
     return argv
 
 
@@ -189,7 +195,14 @@ def spec_of(args, policy, optimizer, rate, seed):
     return dict(policy=policy, optimizer=optimizer, epochs=args.epochs,
                 rate=rate, seed=seed, warmup_epochs=warmup,
                 start_batch=args.start_batch, max_batch=args.max_batch,
-                micro_batch=args.micro_batch, lr_rule=args.lr_rule)
+                micro_batch=args.micro_batch,
+                lr_rule=args.lr_rule or _auto_rule(optimizer),
+                c=args.c if policy == "noise_scale" else 1.0)
+
+
+def _auto_rule(optimizer):
+    """The rule `--adaptive_learning_rate=auto` takes for `optimizer`."""
+    return "sqrt" if optimizer == "sgd" else "unchanged"
 
 
 def report(record, args, path):
@@ -222,8 +235,9 @@ def report(record, args, path):
         if optimizer in args.optimizers:
             lines.append(row(f"fixed {batch}", r))
     for r in sorted(record["runs"], key=lambda r: (
-            r["policy"], r["optimizer"], r["rate"], r["seed"])):
-        lines.append(row(r["policy"], r))
+            r["policy"], r["optimizer"], r["lr_rule"], r["rate"], r["seed"])):
+        lines.append(row(f"{r['policy']}, {r['lr_rule']}"
+                         + _multiple(r).replace("|", ", "), r))
     from keras_largebatch._shared import atomic_write
 
     atomic_write(path, "\n".join(lines) + "\n")
@@ -253,17 +267,19 @@ def plot(record, args, path):
                              figsize=(5.5 * len(optimizers), 4), squeeze=False)
     styles = {"noise_scale": "-", "schedule": "-."}
     for ax, optimizer in zip(axes[0], optimizers):
-        for (opt, batch), r in sorted(fixed.items()):
-            if opt == optimizer:
-                u, a = curve(r)
-                ax.plot(u, a, ":o", ms=3, label=f"fixed {batch}, lr {r['rate']:.3g}")
-        for r in record["runs"]:
-            if r["optimizer"] != optimizer:
-                continue
+        mine = [(b, r) for (o, b), r in sorted(fixed.items()) if o == optimizer]
+        for j, (batch, r) in enumerate(mine):
+            u, a = curve(r)
+            ax.plot(u, a, ":o", ms=3, color=str(0.6 * j / max(1, len(mine) - 1)),
+                    label=f"fixed {batch}, lr {r['rate']:.3g}")
+        grown = [r for r in record["runs"] if r["optimizer"] == optimizer]
+        for i, r in enumerate(grown):
             u, a = curve(r)
             ax.plot(u, a, styles.get(r["policy"], "-"), marker=".",
+                    color=plt.cm.tab20(i % 20),
                     label=f"{r['policy']}, lr {r['rate']:.3g}, seed {r['seed']}"
-                          + (f", {r['lr_rule']}" if r.get("lr_rule") else ""))
+                          + f", {r['lr_rule']}"
+                          + _multiple(r).replace("|", ", "))
         ax.set_xscale("log")
         ax.set_xlabel("optimizer updates")
         ax.set_ylabel("validation accuracy")
@@ -289,8 +305,12 @@ def make_parser():
     p.add_argument("--schedule", default="3:256,6:512,9:1024,12:2048,15:4096",
                    help="the schedule policy's EPOCH:BATCH steps")
     p.add_argument("--lr_rule", default="",
-                   help="--adaptive_learning_rate of the runs (default: the "
-                        "command's)")
+                   choices=["", "unchanged", "adascale", "linear", "sqrt"],
+                   help="--adaptive_learning_rate of the runs (default: "
+                        "what the command's auto takes, recorded as such)")
+    p.add_argument("--c", type=float, default=1.0,
+                   help="noise-scale runs: the batch follows c x B_simple "
+                        "(--noise_scale_multiple)")
     p.add_argument("--rates", type=int, default=4)
     p.add_argument("--rate_list", type=float, nargs="+", default=[],
                    help="run these rates (default: --rates around the "

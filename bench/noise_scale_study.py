@@ -61,7 +61,8 @@ def measure(args):
     ])
     run = main.prepare(config, main.place(config))
     inputs = run.inputs
-    gns = GradientNoiseScale(inputs.step_batch, beta=args.beta)
+    # Every update measured: the study's B_simple at full precision.
+    gns = GradientNoiseScale(inputs.step_batch, beta=args.beta, interval=1)
     start = time.perf_counter()
     history = run.model.fit(
         inputs.train, validation_data=inputs.validation, epochs=args.epochs,

@@ -36,7 +36,7 @@ from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 
 POLICIES = ("noise_scale", "schedule")
-LEARNING_RATE_RULES = ("unchanged", "adascale", "linear", "sqrt")
+LEARNING_RATE_RULES = ("auto", "unchanged", "adascale", "linear", "sqrt")
 
 
 @keras_largebatch_export("keras_largebatch.AdaptiveBatch")
@@ -69,13 +69,23 @@ class AdaptiveBatch(keras.callbacks.Callback):
     how the rate follows k relative to `k0`, as a factor on the compiled
     rate or schedule (applied at each change):
 
+    - `"auto"` (the default): `"sqrt"` for Keras' `SGD` (alone or inside
+      a `LossScaleOptimizer`), `"unchanged"` for every other optimizer
+      (LARS, LAMB and their mixed forms, Adam, ...), whose steps are
+      normalised by the gradient's size, which falls as the batch grows;
+    - `"sqrt"`: `sqrt(S)`, with `S = k / k0`;
     - `"unchanged"` (Smith et al.: the growing batch replaces part of the
       decay);
     - `"adascale"`: AdaScale's gain `r = (sigma^2 + mu^2) /
       (sigma^2 / S + mu^2)` with `S = k / k0`, `sigma^2 = tr(Sigma) / B0`,
       `mu^2 = |G|^2` (so `r = (B_simple/B0 + 1) / (B_simple/(S B0) + 1)`,
       `B0 = batch_size * k0`), from the statistics at the change;
-    - `"linear"`: `S`; `"sqrt"`: `sqrt(S)` (`scale_learning_rate`'s rules).
+    - `"linear"`: `S`.
+
+    `"auto"` picks, per optimizer family, the rule that kept the most
+    accuracy for the fewest updates in docs/large-batch-study.md's
+    comparison ("Growing the batch"): `"sqrt"` for SGD, `"unchanged"` for
+    LARSMixed and LAMBMixed.
 
     State: the k in effect and the rate factor are variables of the
     `NoiseScaleOptimizer` (created in `set_model` around `model.optimizer`
@@ -104,10 +114,13 @@ class AdaptiveBatch(keras.callbacks.Callback):
         schedule: For `"schedule"` only: a list of `(epoch, batch)`, epochs
             increasing from 0, batches non-decreasing multiples of
             `batch_size` (each `batch_size * k0` times a power of 2).
-        learning_rate_rule: `"unchanged"` (default), `"adascale"`,
-            `"linear"` or `"sqrt"`.
+        learning_rate_rule: `"auto"` (default), `"sqrt"`,
+            `"unchanged"`, `"adascale"` or `"linear"`.
         beta, interval: The `NoiseScaleOptimizer`'s, if this callback
-            creates it (see `GradientNoiseScale`).
+            creates it (see `GradientNoiseScale`); `None`: the compiled
+            one's, else `0.99` and `1` (every update measured: the
+            decisions read the averages, whose lag grows with the
+            interval).
 
     References:
         - Smith et al., 2018, arXiv:1711.00489.
@@ -116,7 +129,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
     """
 
     def __init__(self, batch_size, max_batch_size=None, policy="noise_scale",
-                 c=1.0, schedule=None, learning_rate_rule="unchanged",
+                 c=1.0, schedule=None, learning_rate_rule="auto",
                  beta=None, interval=None):
         super().__init__()
         check_int("batch_size", batch_size, 1)
@@ -257,10 +270,19 @@ class AdaptiveBatch(keras.callbacks.Callback):
         else:
             self._check_at = batch + left
 
+    def resolved_rule(self):
+        """`learning_rate_rule`, with `"auto"` resolved for the compiled
+        optimizer (see the class docstring)."""
+        if self.learning_rate_rule != "auto":
+            return self.learning_rate_rule
+        inner = noise_scale.accumulating_optimizer(self.state)
+        return ("sqrt" if isinstance(inner, keras.optimizers.SGD)
+                else "unchanged")
+
     def _factor(self, k):
         """The rate factor of `learning_rate_rule` at k."""
         scale = k / self.state.initial_accumulation_steps
-        rule = self.learning_rate_rule
+        rule = self.resolved_rule()
         if rule == "unchanged":
             return 1.0
         if rule == "linear":

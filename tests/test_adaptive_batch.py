@@ -78,7 +78,9 @@ def test_batch_change_keeps_optimizer_state_and_loss_scale():
     snapshot = _Snapshot()
     grown.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
               callbacks=[klb.AdaptiveBatch(16, schedule=[(1, 64)],
-                                           policy="schedule"), snapshot])
+                                           policy="schedule",
+                                           learning_rate_rule="unchanged"),
+                         snapshot])
     assert grown.optimizer.inner_optimizer.inner_optimizer \
         .gradient_accumulation_steps == 4
     # The same state after epoch 0, in an optimizer compiled with k = 4.
@@ -125,7 +127,8 @@ def test_switch_waits_for_a_micro_batch_index_that_new_k_divides():
     model = linear_model(w)
     model.compile(keras.optimizers.SGD(schedule, gradient_accumulation_steps=2),
                   "mse")
-    callback = klb.AdaptiveBatch(8, policy="schedule", schedule=[(1, 32)])
+    callback = klb.AdaptiveBatch(8, policy="schedule", schedule=[(1, 32)],
+                                 learning_rate_rule="unchanged")
     history = fit(model, x, y, callback, epochs=3, batch=8, shuffle=False)
     assert history["global_batch_size"] == [16, 32, 32]
     expected, updates = _reference(
@@ -140,7 +143,7 @@ def test_switch_waits_for_a_micro_batch_index_that_new_k_divides():
 
 
 @pytest.mark.parametrize("rule, factor", [("unchanged", 1.0), ("linear", 4.0),
-                                          ("sqrt", 2.0)])
+                                          ("sqrt", 2.0), ("auto", 2.0)])
 @pytest.mark.parametrize("rate", ["float", "schedule"])
 def test_learning_rate_rule_scales_the_compiled_rate(rule, factor, rate):
     x, y, w = regression(d=4, n=64, sigma=0.5)
@@ -274,6 +277,29 @@ def test_get_config_covers_every_argument():
     signature = inspect.signature(klb.AdaptiveBatch.__init__)
     assert set(config) == set(signature.parameters) - {"self"}
     assert klb.AdaptiveBatch(**config).get_config() == config
+
+
+@pytest.mark.parametrize("make, rule", [
+    (lambda: keras.optimizers.SGD(0.01, gradient_accumulation_steps=2),
+     "sqrt"),
+    (lambda: keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.01, gradient_accumulation_steps=2)), "sqrt"),
+    (lambda: klb.LARSMixed(0.01, gradient_accumulation_steps=2), "unchanged"),
+    (lambda: klb.LAMBMixed(0.01, gradient_accumulation_steps=2), "unchanged"),
+    (lambda: keras.optimizers.Adam(0.01, gradient_accumulation_steps=2),
+     "unchanged"),
+])
+def test_auto_rule_is_sqrt_for_sgd_and_unchanged_for_normalised_steps(
+        make, rule):
+    x, y, w = regression(d=4, n=64, sigma=0.5)
+    model = linear_model(w)
+    model.compile(make(), "mse")
+    callback = klb.AdaptiveBatch(8, policy="schedule", schedule=[(1, 64)])
+    fit(model, x, y, callback, epochs=2, batch=8, shuffle=False)
+    assert callback.resolved_rule() == rule
+    factor = float(keras.ops.convert_to_numpy(
+        callback.state.learning_rate_factor))
+    assert factor == (2.0 if rule == "sqrt" else 1.0)
 
 
 def test_exported_and_registered_under_package_name():

@@ -8,6 +8,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 import keras_largebatch as klb
 from keras_largebatch import noise_scale
@@ -55,15 +56,50 @@ def fit_logs(optimizer, x, y, w, batch, beta, epochs=1, shuffle=False,
     return {name: history.history[name] for name in noise_scale.LOG_NAMES}
 
 
-@pytest.mark.parametrize("k, interval", [(2, None), (3, None), (2, 3)])
+@pytest.mark.parametrize("k, interval", [(2, None), (2, 1), (3, 1), (2, 3)])
 def test_logs_match_float64_reference_of_estimator_and_ema(k, interval):
     x, y, w = regression(d=8, n=384, sigma=0.5)
     logs = fit_logs(keras.optimizers.SGD(0.0, gradient_accumulation_steps=k),
                     x, y, w, batch=16, beta=0.9, interval=interval)
+    # None: the callback's default, MONITOR_INTERVAL.
     expected = reference(x, y, w, batch=16, k=k, beta=0.9,
-                         interval=interval or 1)
+                         interval=interval or noise_scale.MONITOR_INTERVAL)
     for name, value in zip(noise_scale.LOG_NAMES, expected):
         np.testing.assert_allclose(logs[name][-1], value, rtol=1e-4)
+
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_every_update_counted_and_every_interval_th_measured(interval):
+    # 24 micro-batches of 16, k = 2: 12 updates, measured: 0, 3, 6, 9.
+    x, y, w = regression(d=8, n=384, sigma=0.5)
+    model = linear_model(w)
+    model.compile(klb.NoiseScaleOptimizer(
+        keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
+        interval=interval), "mse")
+    model.fit(x.astype("float32"), y.astype("float32"), batch_size=16,
+              epochs=1, shuffle=False, verbose=0)
+    state = model.optimizer
+    assert int(ops.convert_to_numpy(state.updates)) == 12
+    assert float(ops.convert_to_numpy(state.samples)) == 12 // interval
+
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_a_skipped_step_is_not_counted_as_an_update(interval):
+    # Micro-batch 5 (the last of update 2, not measured at interval 3)
+    # overflows: LARSMixed skips it, the counter stops at 23 of 24, and
+    # 23 accepted micro-batches hold 11 whole updates.
+    x, y, w = regression(d=8, n=384, sigma=0.5)
+    x = x.astype("float32")
+    x[5 * 16] = 1e30
+    model = linear_model(w)
+    model.compile(klb.NoiseScaleOptimizer(
+        klb.LARSMixed(1e-9, gradient_accumulation_steps=2),
+        interval=interval), "mse")
+    model.fit(x, y.astype("float32"), batch_size=16, epochs=1,
+              shuffle=False, verbose=0)
+    state = model.optimizer
+    assert int(ops.convert_to_numpy(state.iterations)) == 11
+    assert int(ops.convert_to_numpy(state.updates)) == 11
 
 
 OPTIMIZERS = {
@@ -83,7 +119,7 @@ def test_regression_noise_scale_within_ten_percent_of_closed_form(name):
     d, sigma = 64, 1.0
     x, y, w = regression(d=d, n=16384, sigma=sigma)
     logs = fit_logs(OPTIMIZERS[name](), x, y, w, batch=64, beta=0.995,
-                    epochs=2, shuffle=True)
+                    epochs=2, shuffle=True, interval=1)
     np.testing.assert_allclose(logs["gradient_noise_scale"][-1],
                                (d + 1) + d * sigma ** 2, rtol=0.1)
     np.testing.assert_allclose(logs["gns_grad_sq_norm"][-1], 4.0, rtol=0.1)

@@ -188,8 +188,10 @@ def callbacks(run, throughput, out_dir, peer=False):
     found = [
         throughput,
         outputs.EpochScalars(),  # learning_rate, loss_scale
-        *_noise_scale(config, run.inputs.step_batch),
+        # The adaptive batch first: its wrapper (every update measured)
+        # is the one the noise-scale logs then read.
         *_adaptive_batch(config, run.inputs.step_batch),
+        *_noise_scale(config, run.inputs.step_batch),
         outputs.Backup(os.path.join(config.model_dir, "backup")
                        if peer else backup, backup),
         *_residual_checkpoints(config, run.devices.strategy, backup),
@@ -222,7 +224,8 @@ def _adaptive_batch(config, step_batch):
     schedule = flags.batch_schedule(config) or None
     return [AdaptiveBatch(
         step_batch, max_batch_size=config.max_global_batch_size or None,
-        policy=config.adaptive_batch, schedule=schedule,
+        policy=config.adaptive_batch, c=config.noise_scale_multiple,
+        schedule=schedule,
         learning_rate_rule=config.adaptive_learning_rate)]
 
 

@@ -46,7 +46,7 @@ VERBOSITY = (lambda x: x in (0, 1, 2), "0, 1 or 2")
 # keras_largebatch.adaptive_batch's POLICIES and LEARNING_RATE_RULES (a
 # test checks they agree; importing it here would import Keras).
 ADAPTIVE_POLICIES = ("noise_scale", "schedule")
-ADAPTIVE_RATE_RULES = ("unchanged", "adascale", "linear", "sqrt")
+ADAPTIVE_RATE_RULES = ("auto", "unchanged", "adascale", "linear", "sqrt")
 
 
 def _parse_schedule(text):
@@ -215,7 +215,8 @@ TABLE = (
     Flag('gradient_noise_scale', 'boolean', False,
         'Log the gradient noise scale B_simple (McCandlish et al.) each '
         'epoch and say at the end what it means for the batch; needs '
-        '--gradient_accumulation_steps >= 2 or several replicas.'),
+        '--gradient_accumulation_steps >= 2 or several replicas. Measures '
+        'every 8th update (every update with --adaptive_batch).'),
     Flag('adaptive_batch', 'enum', 'none',
         'Grow the batch during training (keras_largebatch.AdaptiveBatch) by '
         'accumulating more micro-batches of --global_batch_size / '
@@ -228,14 +229,22 @@ TABLE = (
         'micro-batch; 0: the largest of --batch_schedule (required for '
         'noise_scale).',
          minimum=0),
+    Flag('noise_scale_multiple', 'float', 1.0,
+        'With --adaptive_batch=noise_scale: the batch follows this multiple '
+        'of B_simple (1: the balanced point of McCandlish et al., twice the '
+        'fewest updates and twice the fewest examples; above 1, fewer '
+        'updates).',
+         valid=POSITIVE),
     Flag('batch_schedule', 'string', '',
         'With --adaptive_batch=schedule: EPOCH:BATCH,... (epochs counted '
         'from 0, increasing; each batch --global_batch_size times a power '
         "of 2), Smith et al.'s schedule."),
-    Flag('adaptive_learning_rate', 'enum', 'unchanged',
-        'How the peak rate follows the batch under --adaptive_batch: '
-        "unchanged (Smith et al.), adascale (AdaScale's gain), linear, "
-        'sqrt.',
+    Flag('adaptive_learning_rate', 'enum', 'auto',
+        'How the rate follows the batch under --adaptive_batch, as a factor '
+        'on the schedule: sqrt (of the batch over the starting one), '
+        "unchanged (Smith et al.), adascale (AdaScale's gain), linear. "
+        'auto: sqrt for sgd, unchanged for lars, lars_mixed, lamb and '
+        'lamb_mixed.',
          values=ADAPTIVE_RATE_RULES),
     Flag('augment', 'enum', 'auto',
         'auto: light (shift/zoom, no flip) for digit data sets, crop_flip '
@@ -370,12 +379,17 @@ def _micro_batch(values):
 def _adaptive_batch_fits(values):
     """`--adaptive_batch`'s flags together: accumulation to grow, a largest
     batch a multiple of the micro-batch and not below the start, a
-    schedule of the start times powers of 2 (and only with `schedule`)."""
+    schedule of the start times powers of 2 (and only with `schedule`), a
+    multiple of B_simple other than 1 only with `noise_scale`."""
     policy, start = values["adaptive_batch"], values["global_batch_size"]
     largest, steps = values["max_global_batch_size"], _parse_schedule(
         values["batch_schedule"])
     require(steps is not None, "batch_schedule", values["batch_schedule"],
             "EPOCH:BATCH,... with int epochs >= 0 and batches >= 1")
+    if policy != "noise_scale":
+        multiple = values["noise_scale_multiple"]
+        require(multiple == 1.0, "noise_scale_multiple", multiple,
+                "1 without --adaptive_batch=noise_scale")
     if policy == "none":
         require(not largest, "max_global_batch_size", largest,
                 "0 without --adaptive_batch")
@@ -420,7 +434,8 @@ def _adaptive_batch_fits(values):
 RULES = (
     Rule(("image_size", "model", "dataset"), _image_size_fits_the_model),
     Rule(("adaptive_batch", "max_global_batch_size", "batch_schedule",
-          "global_batch_size", "gradient_accumulation_steps", "epochs"),
+          "noise_scale_multiple", "global_batch_size",
+          "gradient_accumulation_steps", "epochs"),
          _adaptive_batch_fits),
     # Each worker would compute statistics of its own batches and assign
     # them to mirrored variables: they would differ between workers.

@@ -43,6 +43,9 @@ SCHEDULE = ["--adaptive_batch=schedule", "--batch_schedule=1:32,2:64"]
       "--max_global_batch_size=32"], "batch_schedule='1:64'"),
     (["--max_global_batch_size=64"], "max_global_batch_size=64"),
     (["--batch_schedule=1:32"], "batch_schedule='1:32'"),
+    (SCHEDULE + ["--noise_scale_multiple=2"], "noise_scale_multiple=2.0"),
+    (["--adaptive_batch=noise_scale", "--max_global_batch_size=64",
+      "--noise_scale_multiple=0"], "noise_scale_multiple=0.0"),
 ])
 def test_bad_adaptive_combinations_exit_2_with_one_line_and_write_nothing(
         flags, named, tmp_path, capsys):

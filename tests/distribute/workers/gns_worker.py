@@ -56,7 +56,7 @@ def main():
         else:
             optimizer = klb.LARSMixed(1e-9, gradient_accumulation_steps=k)
         model.compile(optimizer, "mse")
-    gns = klb.GradientNoiseScale(ARGS["batch_size"], beta=0.995)
+    gns = klb.GradientNoiseScale(ARGS["batch_size"], beta=0.995, interval=1)
     history = model.fit(
         x.astype("float32"), y.astype("float32"),
         batch_size=ARGS["batch_size"], epochs=ARGS.get("epochs", 2),
