@@ -84,27 +84,9 @@ def _as_lbs_args(args):
 
 def one_run(spec, args):
     """One grown-batch run, in a process of its own, and its record."""
-    import csv
-
     wall = lbs.run_command(train_argv(spec, args))
-    model_dir = model_dir_of(spec, args)
-    with open(os.path.join(model_dir, "summary.json")) as f:
-        summary = json.load(f)
-    with open(os.path.join(model_dir, "history.csv")) as f:
-        rows = list(csv.DictReader(f))
-    return dict(
-        spec,
-        val_accuracy=summary["val_accuracy"],
-        val_accuracy_per_epoch=[float(r["val_accuracy"]) for r in rows],
-        train_loss_per_epoch=[float(r["loss"]) for r in rows],
-        batch_per_epoch=[int(float(r["global_batch_size"])) for r in rows],
-        noise_scale_per_epoch=[float(r.get("gradient_noise_scale") or "nan")
-                               for r in rows],
-        updates=summary.get("updates"),
-        num_train=summary["num_train"], backend=summary["backend"],
-        wall_seconds=wall, loadavg_after=os.getloadavg()[0],
-        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"))
+    return lbs.collect(spec, _as_lbs_args(args), wall,
+                       model_dir_of(spec, args))
 
 
 def curve(run):

@@ -15,9 +15,7 @@ c. `task_c`: one run of the large-batch study (`bench/large_batch_study.py`)
 """
 
 import argparse
-import csv
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -156,8 +154,7 @@ def task_c(task):
     code = train_main.main(["keras-largebatch-train", *argv])
     if code:
         raise RuntimeError(f"keras-largebatch-train exited {code}")
-    result = study.collect(spec, args, time.perf_counter() - start)
-    return grown_result(result, args) if "policy" in spec else result
+    return study.collect(spec, args, time.perf_counter() - start)
 
 
 TASKS = {"a": task_a, "b": task_b, "c": task_c}
@@ -271,20 +268,6 @@ def grown_argv(spec, args):
     if spec["policy"] == "schedule":
         argv.append(f"{SCHEDULE_FLAG}={spec['schedule']}")
     return argv
-
-
-def grown_result(result, args):
-    """`result` with the batch of each epoch (the history's
-    `global_batch_size`) and the updates taken."""
-    study = bench_module("large_batch_study")
-    model_dir = study.model_dir_of(result, args)
-    with open(os.path.join(model_dir, "history.csv")) as f:
-        batches = [r.get("global_batch_size") for r in csv.DictReader(f)]
-    with open(os.path.join(model_dir, "summary.json")) as f:
-        summary = json.load(f)
-    batches = [None if b is None else int(float(b)) for b in batches]
-    return dict(result, batch_per_epoch=batches,
-                updates=summary.get("updates"))
 
 
 def grown_flags_exist():

@@ -105,15 +105,25 @@ def one_run(spec, args):
     return collect(spec, args, run_command(train_argv(spec, args)))
 
 
-def collect(spec, args, wall_seconds):
-    """The record of a finished run, from its summary and history."""
-    model_dir = model_dir_of(spec, args)
+def collect(spec, args, wall_seconds, model_dir=None):
+    """The record of a finished run, from its summary and history (in
+    `model_dir`, default `model_dir_of(spec, args)`); a grown-batch run's
+    also holds the batch and B_simple of each epoch and the updates."""
+    model_dir = model_dir or model_dir_of(spec, args)
     with open(os.path.join(model_dir, "summary.json")) as f:
         summary = json.load(f)
     with open(os.path.join(model_dir, "history.csv")) as f:
         rows = list(csv.DictReader(f))
+    grown = {}
+    if rows and "global_batch_size" in rows[0]:
+        grown = dict(
+            batch_per_epoch=[int(float(r["global_batch_size"])) for r in rows],
+            noise_scale_per_epoch=[
+                float(r.get("gradient_noise_scale") or "nan") for r in rows],
+            updates=summary.get("updates"))
     return dict(
         spec,
+        **grown,
         val_accuracy=summary["val_accuracy"],
         val_accuracy_per_epoch=[float(r["val_accuracy"]) for r in rows],
         train_loss_per_epoch=[float(r["loss"]) for r in rows],

@@ -32,10 +32,14 @@ if "TF_CONFIG" in os.environ:
 import contextlib  # noqa: E402
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import keras_largebatch as klb  # noqa: E402
 from keras_largebatch import noise_scale  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", ".."))
+from regression_problem import linear_model  # noqa: E402
+from regression_problem import regression  # noqa: E402
 
 
 class Trajectory(keras.callbacks.Callback):
@@ -54,9 +58,7 @@ def run(policy, x, y, w):
     batch = ARGS["batch_size"]
     keras.utils.set_random_seed(1)
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = keras.Sequential([keras.Input((x.shape[1],)),
-                                  keras.layers.Dense(1, use_bias=False)])
-        model.layers[0].kernel.assign(w.astype("float32"))
+        model = linear_model(w)
         model.compile(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
                       "mse")
     if policy == "schedule":
@@ -79,14 +81,9 @@ def run(policy, x, y, w):
 
 
 def main():
-    d, n, sigma = 64, 4064, 1.0  # 127 micro-batches of 32 an epoch
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, d))
-    w_star = rng.standard_normal((d, 1))
-    e = rng.standard_normal((d, 1))
-    e /= np.linalg.norm(e)
-    y = x @ w_star + sigma * rng.standard_normal((n, 1))
-    results = {p: run(p, x, y, w_star + e) for p in ARGS["policies"]}
+    # 127 micro-batches of 32 an epoch.
+    x, y, w = regression(d=64, n=4064, sigma=1.0)
+    results = {p: run(p, x, y, w) for p in ARGS["policies"]}
     with open(ARGS["out"], "w") as f:
         json.dump(results, f)
 

@@ -31,25 +31,21 @@ if "TF_CONFIG" in os.environ:
 import contextlib  # noqa: E402
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import keras_largebatch as klb  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", ".."))
+from regression_problem import linear_model  # noqa: E402
+from regression_problem import regression  # noqa: E402
+
 
 def main():
-    d, n, sigma = 64, 16384, 1.0
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, d))
-    w_star = rng.standard_normal((d, 1))
-    e = rng.standard_normal((d, 1))
-    e /= np.linalg.norm(e)
-    y = x @ w_star + sigma * rng.standard_normal((n, 1))
+    x, y, w = regression(d=64, n=16384, sigma=1.0)
     keras.utils.set_random_seed(1)
     k = ARGS.get("accumulation")
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = keras.Sequential([keras.Input((d,)),
-                                  keras.layers.Dense(1, use_bias=False)])
-        model.layers[0].kernel.assign((w_star + e).astype("float32"))
+        model = linear_model(w)
         if ARGS["optimizer"] == "sgd":
             optimizer = keras.optimizers.SGD(
                 0.0, gradient_accumulation_steps=k)
