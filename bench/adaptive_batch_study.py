@@ -31,10 +31,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import large_batch_study as lbs  # noqa: E402
+import seeds  # noqa: E402
 
 HERE = lbs.HERE
 FIXED = [os.path.join(lbs.RESULTS, "large_batch_study.json"),
          os.path.join(lbs.RESULTS, "noise_scale_sweeps.json")]
+# Seeds measured beside the study's own runs, kept without their curves
+# (each with its machine and date).
+SEED_RECORDS = os.path.join(lbs.RESULTS, "adaptive_batch_seeds.json")
 # The fixed batches' best rates of the large-batch study: the centre of
 # each sweep here (the rate tuned at the starting batch).
 CENTER = {"sgd": 0.2, "lars_mixed": 14.1, "lamb_mixed": 0.0226}
@@ -105,15 +109,9 @@ def curve(run):
 
 def updates_to(run, target):
     """Updates to the first epoch whose accuracy reaches `target`,
-    interpolated linearly within that epoch; None if never."""
-    updates, acc = curve(run)
-    prev_u, prev_a = 0.0, 0.0
-    for u, a in zip(updates, acc):
-        if a >= target:
-            frac = (target - prev_a) / (a - prev_a) if a > prev_a else 1.0
-            return prev_u + frac * (u - prev_u)
-        prev_u, prev_a = u, a
-    return None
+    interpolated linearly within that epoch (`seeds.updates_to`); None if
+    never."""
+    return seeds.updates_to(list(zip(*curve(run))), target)
 
 
 def fixed_runs(args):
@@ -200,7 +198,9 @@ def report(record, args, path):
         f"Machine: {record['machine']}. Command: `{record['command']}`. "
         f"Grown runs start at {args.start_batch} (micro-batches of "
         f"{args.micro_batch}), at most {args.max_batch}. Fixed batches: the "
-        "large-batch study's best runs at this budget.",
+        "large-batch study's best runs at this budget.", "",
+        "Each row one run (one seed); the seeds of each configuration "
+        "together: the table after.",
         "", head, "|" + "---|" * (head.count("|") - 1)]
 
     def row(name, r):
@@ -220,10 +220,73 @@ def report(record, args, path):
             r["policy"], r["optimizer"], r["lr_rule"], r["rate"], r["seed"])):
         lines.append(row(f"{r['policy']}, {r['lr_rule']}"
                          + _multiple(r).replace("|", ", "), r))
+    lines += [""] + over_seeds(record, args)
     from keras_largebatch._shared import atomic_write
 
     atomic_write(path, "\n".join(lines) + "\n")
     return "\n".join(lines)
+
+
+def seed_key(r):
+    """A configuration of this study, fixed or grown: all but the seed."""
+    if "policy" in r:
+        return ("grown", r["optimizer"], r["epochs"], round(r["rate"], 9),
+                r["policy"], r["lr_rule"], r.get("c", 1.0))
+    return ("fixed", r["optimizer"], r["epochs"], round(r["rate"], 9),
+            r["batch"], "", 1.0)
+
+
+def _reached(r, target):
+    """A run's updates to `target`: from its curve, or as recorded (runs
+    kept without their curve, `SEED_RECORDS`)."""
+    if "updates_to" in r:
+        return r["updates_to"].get(f"{target:g}")
+    return updates_to(r, target)
+
+
+def over_seeds(record, args):
+    """The table of every configuration over its seeds: this study's runs,
+    every fixed run of the large-batch study at this budget, and the
+    seeds kept in `SEED_RECORDS` (machine, date in each)."""
+    pool = [r for path in FIXED if os.path.exists(path)
+            for r in json.load(open(path))["runs"]
+            if r["epochs"] == args.epochs and r["optimizer"] in args.optimizers]
+    pool += record["runs"]
+    if os.path.exists(SEED_RECORDS):
+        with open(SEED_RECORDS) as f:
+            for r in json.load(f)["runs"]:
+                if r["epochs"] == args.epochs and r["optimizer"] in \
+                        args.optimizers:
+                    pool.append(dict(r, policy=r["policy"]) if r["kind"]
+                                == "grown" else r)
+    found = seeds.aggregate(pool, seed_key, args.targets, _reached)
+    # A kept seed without a target's crossing is left out of that target.
+    for t in args.targets:
+        known = [r for r in pool if "updates_to" not in r
+                 or f"{t:g}" in r["updates_to"]]
+        for key, s in seeds.aggregate(known, seed_key, [t], _reached).items():
+            for field in ("median_to", "reached", "updates_to"):
+                found[key][field][t] = s[field][t]
+            found[key].setdefault("n_to", {})[t] = s["n"]
+    head = ("| configuration | rate | seeds | final val acc | "
+            + " | ".join(f"median updates to {t} (reached)"
+                         for t in args.targets) + " |")
+    lines = ["Over seeds (mean ± sample sd; median updates with a seed that "
+             "never got there counted as infinite):", "", head,
+             "|" + "---|" * (head.count("|") - 1)]
+    for key, s in sorted(found.items(), key=lambda kv: str(kv[0])):
+        kind, optimizer, _, rate, what, rule, c = key
+        name = (f"fixed {what}, {optimizer}" if kind == "fixed" else
+                f"{what}, {rule}" + ("" if c == 1.0 else f", c {c:g}")
+                + f", {optimizer}")
+        to = [("never" if s["median_to"][t] is None
+               else f"{s['median_to'][t]:,.0f}") + f" ({s['reached'][t]}/"
+              f"{s['n_to'].get(t, 0)})" if s["n_to"].get(t) else "—"
+              for t in args.targets]
+        lines.append(f"| {name} | {rate:g} | "
+                     f"{', '.join(map(str, s['seeds']))} | "
+                     f"{seeds.describe(s)} | " + " | ".join(to) + " |")
+    return lines
 
 
 def _compact(batches):

@@ -34,6 +34,7 @@ LABELS = {
     "v1.5": "ours, v1.5",
     "v1-nobias": "ours, v1, use_conv_bias=False",
     "v1.5-nobias": "ours, v1.5, use_conv_bias=False",
+    "cifar8": "ours, ResNet-8 (width 4)",
 }
 
 
@@ -56,12 +57,17 @@ def _args():
 
 
 def build_model(name, size, classes=1000):
-    """The ResNet-50 of `CONFIGS[name]` for `size` x `size` images."""
+    """The ResNet-50 of `CONFIGS[name]` for `size` x `size` images
+    (`"cifar8"`: the package's ResNet-8 of width 4, for smoke runs)."""
     import keras
 
     from keras_largebatch.applications import ResNet50
+    from keras_largebatch.applications import ResNetCIFAR
 
     shape = (size, size, 3)
+    if name == "cifar8":
+        return ResNetCIFAR(depth=8, width=4, input_shape=shape,
+                           classes=classes)
     if CONFIGS[name] is None:
         return keras.applications.ResNet50(
             weights=None, input_shape=shape, classes=classes)
@@ -69,8 +75,10 @@ def build_model(name, size, classes=1000):
 
 
 def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
-                     classes=1000):
-    """Images/s of `model.fit`'s compiled train step with `optimizer`.
+                     classes=1000, jit_compile="auto"):
+    """Images/s of `model.fit`'s compiled train step with `optimizer`
+    (`jit_compile` as `model.compile` takes it: on torch, True compiles
+    the step with torch.compile).
 
     One batch of synthetic images and labels is made on the default device
     and fed again every step, so no input pipeline or host-to-device copy is
@@ -81,7 +89,8 @@ def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
     import numpy as np
 
     model.compile(optimizer=optimizer,
-                  loss="sparse_categorical_crossentropy")
+                  loss="sparse_categorical_crossentropy",
+                  jit_compile=jit_compile)
     rng = np.random.default_rng(0)
     x = keras.ops.convert_to_tensor(
         rng.uniform(-1, 1, (batch, size, size, 3)).astype("float32"))

@@ -1,45 +1,43 @@
-"""Everything GPU-bound, in one resumable command (issue #23).
+"""Everything GPU-bound, in one resumable command of a few minutes.
 
 Parts, in order of value, each a list of items that are measured once:
 
 a. ResNet-50 training images/s at 224x224, batch 256, `mixed_float16`, one
    synthetic batch on the device, the step `fit` compiles, median of 20
    steps after 5 warm-up steps (`bench/applications.py`'s
-   `fit_images_per_s`): on `keras.applications.ResNet50`, Keras'
-   `LossScaleOptimizer(SGD)` against `LARSMixed` and `LAMBMixed`; under
-   `LossScaleOptimizer(SGD)`, `keras.applications.ResNet50` against ours (v1,
-   v1.5, each with and without conv biases); JAX and torch.
+   `fit_images_per_s`): Keras' `LossScaleOptimizer(SGD)` against
+   `LARSMixed` on JAX and torch first, then the other items.
 b. The optimizer-step times and ratios of `bench/optimizer_step.py`
    (its `measure_backend`), JAX and torch.
-c. The large-batch study of `bench/large_batch_study.py` (its `plan`,
-   `train_argv`, `collect`, `claims` and `report`) with ResNet-20 (width 16)
-   on Fashion-MNIST, JAX: B = 128 and 32 x B; SGD, LARSMixed, LAMBMixed;
-   8-epoch sweeps, second seeds, 32-epoch runs, then the grown batches
-   (`--adaptive_batch=noise_scale` and `schedule`, from B up to 32 x B;
-   they wait until the command has the flag), then 96-epoch runs, then
-   64 x B. Batches above 256 accumulate gradients over micro-batches of
-   256, as in the CPU study (batch norm per 256 images). Each run is
-   `keras_largebatch.train.main.main(argv)` inside one of `--study_workers`
-   long-lived processes sharing the GPU.
+cuda. The fusion kernels' device test (`native/tests/device_test.sh`):
+   `Convert<GpuDevice, In, Out>` against the CPU functor bit for bit, built
+   by nvcc with the Eigen headers `--prepare` packed (no TensorFlow).
+compiled. Part a's torch items with the step Keras compiles
+   (`jit_compile=True`, torch.compile): LSO(SGD) and LARSMixed.
+c. `bench/batch_scaling_study.py`'s plan (fixed-batch rate sweeps, seeds,
+   the grown batch's variants), `--study_workers` processes side by side
+   on the one GPU, each run `keras_largebatch.train.main.main(argv)` in a
+   long-lived worker.
 
 Each backend runs in its own process (Keras fixes it at import). Finished
 items are kept in `<out>.json` and skipped by a rerun, so each call can be
-one 10-minute device command: `--budget_seconds` stops starting work that
-would not end in time and stops what runs at the deadline (losing only the
-item in progress). `<out>.md` holds the tables, the device, the versions,
-the dates and the commands.
+one short device command: `--budget_seconds` (default 420) stops starting
+work that would not end in time and stops what runs at the deadline
+(losing only the item in progress). `<out>.md` holds the tables, the
+device, the versions, the dates and the commands.
 
     python bench/gpu_campaign.py --prepare .gpu_campaign   # here, once
     python bench/gpu_campaign.py --data_dir .gpu_campaign/fashion-mnist
     python bench/gpu_campaign.py --smoke --out /tmp/smoke  # a CPU, minutes
 
-`--prepare DIR` puts the wheels the GPU image lacks and Fashion-MNIST into
-DIR and prints the device commands. `--smoke` runs every part with tiny
-sizes, through the same code (part c on Fashion-MNIST, as the GPU runs).
-A backend that is not installed is said once; its items are left for a
-call where it is. `bench/gpu_campaign_rehearsal.sh` rehearses the GPU
-image on a CPU: a Python 3.12 venv with the image's packages, then only
-the prepared wheels, then `--smoke`.
+`--prepare DIR` puts the wheels the GPU image lacks, Fashion-MNIST and the
+Eigen headers into DIR and prints the device command. `--smoke` runs every
+part with tiny sizes, through the same code (part c on Fashion-MNIST, as
+the GPU runs; the device test compiled only). A backend that is not
+installed is said once; its items are left for a call where it is.
+`bench/gpu_campaign_rehearsal.sh` rehearses the GPU image on a CPU: a
+Python 3.12 venv with the image's packages, then only the prepared wheels,
+then `--smoke`.
 
 The code: `gpu_campaign_runner.py` (workers, budget, record),
 `gpu_campaign_parts.py` (the parts' settings and tasks, part c's plan),
@@ -49,6 +47,8 @@ The code: `gpu_campaign_runner.py` (workers, budget, record),
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,27 +61,43 @@ import gpu_campaign_report  # noqa: E402
 import gpu_campaign_runner as runner  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "gpu_campaign")
+PARTS = ("a", "b", "cuda", "compiled", "c")
 # The pieces by their former names here.
 Campaign, Deadline, Worker = runner.Campaign, runner.Deadline, runner.Worker
-markdown, estimate = gpu_campaign_report.markdown, parts.estimate
+markdown = gpu_campaign_report.markdown
 prepare, device_command = (gpu_campaign_prepare.prepare,
                            gpu_campaign_prepare.device_command)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", default="a,b,c",
-                   help="comma-separated parts to run, in order: a, b, c")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help="comma-separated parts to run, in order: "
+                        + ", ".join(PARTS))
     p.add_argument("--out", default=RESULTS,
                    help="writes OUT.json (resumed from), OUT.md, OUT.log")
-    p.add_argument("--budget_seconds", type=float, default=0,
+    p.add_argument("--budget_seconds", type=float, default=None,
                    help="start nothing that would end later, stop at it "
-                        "(0: no budget)")
+                        "(0: no budget; default 420, none with --smoke)")
+    p.add_argument("--backends", default="jax,torch",
+                   help="comma-separated backends whose items of parts a, b "
+                        "and compiled run")
+    p.add_argument("--a_items", default="",
+                   help="comma-separated keys of part a's items to run "
+                        "(default: all), e.g. torch|keras|lars_mixed")
+    p.add_argument("--compiled_seconds", type=float, default=150,
+                   help="the most each item of part compiled may take, "
+                        "torch.compile included (then it is recorded as "
+                        "failed)")
+    p.add_argument("--eigen", default="",
+                   help="the Eigen headers' tarball for part cuda (default: "
+                        "eigen.tar.gz beside --data_dir, else in "
+                        ".gpu_campaign/)")
     p.add_argument("--data_dir", default="",
                    help="Fashion-MNIST's folder (default: where the training "
                         "command looks)")
     p.add_argument("--study_workers", type=int, default=0,
-                   help="processes sharing the GPU in part c (default 3; 2 "
+                   help="processes sharing the GPU in part c (default 7; 2 "
                         "with --smoke)")
     p.add_argument("--work_dir", default="",
                    help="model folders of the study's runs (default: "
@@ -95,15 +111,62 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     for part in args.parts:
-        if part not in ("a", "b", "c"):
-            p.error(f"--parts: each part must be a, b or c. Received: {part}")
+        if part not in PARTS:
+            p.error(f"--parts: each part must be one of {', '.join(PARTS)}."
+                    f" Received: {part}")
+    args.backends = [x.strip() for x in args.backends.split(",") if x.strip()]
+    for backend in args.backends:
+        if backend not in ("jax", "torch"):
+            p.error("--backends: each backend must be jax or torch. "
+                    f"Received: {backend}")
     if args.study_workers < 0:
         p.error(f"--study_workers must be >= 0. Received: {args.study_workers}")
-    args.study_workers = args.study_workers or (2 if args.smoke else 3)
+    args.study_workers = args.study_workers or (2 if args.smoke else 7)
+    if args.budget_seconds is None:
+        args.budget_seconds = 0 if args.smoke else 420
+    if args.budget_seconds < 0:
+        p.error(f"--budget_seconds must be >= 0. Received: "
+                f"{args.budget_seconds}")
     args.work_dir = args.work_dir or (
         args.out + "_runs" if args.smoke else os.path.join("runs", "gpu_campaign"))
     args.dataset = "fashion_mnist"
     return args
+
+
+def run_cuda(campaign):
+    """Part cuda: builds and runs the fusion kernels' device test (compiled
+    only with --smoke); True once it has passed (or compiled, smoke)."""
+    args = campaign.args
+    store = campaign.record.setdefault("cuda", {})
+    if store.get("passed"):
+        return True
+    eigen = args.eigen or (
+        os.path.join(os.path.dirname(os.path.abspath(args.data_dir)),
+                     "eigen.tar.gz") if args.data_dir else
+        os.path.join(os.path.dirname(HERE), ".gpu_campaign", "eigen.tar.gz"))
+    out = args.out + "_cuda.txt"
+    if args.smoke and not (os.path.exists(eigen) and shutil.which("nvcc")):
+        # The rehearsal compiles the test where nvcc and the headers are.
+        print("cuda: skipped in the smoke run (needs nvcc and "
+              f"{eigen}: bench/gpu_campaign.py --prepare)", flush=True)
+        store.update(skipped=True)
+        return True
+    cmd = ["bash", os.path.join(os.path.dirname(HERE), "native", "tests",
+                                "device_test.sh"), "--eigen-tar", eigen,
+           "--arch", "sm_90", "--out", out]
+    if args.smoke:
+        cmd.append("--compile-only")
+    start = runner.now()
+    left = campaign.left()
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=None if left == float("inf") else max(left, 1))
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    store.update(command=" ".join(cmd), returncode=proc.returncode,
+                 summary=lines[-1] if lines else "", started=start,
+                 finished=runner.now(), passed=proc.returncode == 0,
+                 compile_only=args.smoke)
+    print(f"cuda: {store['summary']} (exit {proc.returncode})", flush=True)
+    return store["passed"]
 
 
 def run_c(campaign, settings):
@@ -143,18 +206,33 @@ def main(argv=None):
     settings = parts.SMOKE if args.smoke else dict(
         a=parts.A_SETTINGS, b=parts.B_SETTINGS, c=parts.C_SETTINGS)
     a_items = parts.SMOKE_A if args.smoke else parts.A_ITEMS
+    compiled = parts.SMOKE_COMPILED if args.smoke else parts.COMPILED_ITEMS
+    def chosen(items):
+        return [i for i in items if i["backend"] in args.backends
+                and (not args.a_items or i["part"] != "a"
+                     or i["key"] in args.a_items.split(","))]
+
     steps = {
-        "a": lambda: campaign.run_items("a", parts.a_items(a_items),
-                                        settings["a"]),
-        "b": lambda: campaign.run_items("b", parts.b_items(), settings["b"]),
+        "a": lambda: campaign.run_items(
+            "a", chosen([dict(i, part="a") for i in parts.a_items(a_items)]),
+            settings["a"]),
+        "b": lambda: campaign.run_items(
+            "b", chosen([dict(i, part="b") for i in parts.b_items()]),
+            settings["b"]),
+        "cuda": lambda: run_cuda(campaign),
+        "compiled": lambda: campaign.run_items(
+            "compiled", chosen([dict(i, part="compiled") for i in
+                                parts.a_items(compiled, compiled=True)]),
+            settings["a"], item_seconds=args.compiled_seconds),
         "c": lambda: run_c(campaign, settings["c"]),
     }
     complete = True
     try:
         for part in args.parts:
+            # A part that fails is recorded and the next one still runs.
             if not steps[part]():
                 complete = False
-                break
+                continue
             missing = campaign.session.get("not_installed", {})
             if not any(part in p for p in missing.values()):
                 campaign.session["finished"].append(part)

@@ -2,8 +2,9 @@
 
 A table of the calls (device, host, versions, command), then one section
 per part: a's images/s and its targets, b's optimizer-step times and
-ratios, c's study report (`bench/large_batch_study.py`'s `report`, also
-written to `<out>_study.md`) and the grown-batch runs.
+ratios, the device test, the compiled torch step, and c's study tables
+(`bench/batch_scaling_study.py`'s `markdown`, also written to
+`<out>_study.md`).
 """
 
 import gpu_campaign_parts as parts
@@ -92,43 +93,46 @@ def markdown(record, study_path):
                                   f"{rule}/{base}: {x:.2f} / {y:.2f} ms = "
                                   f"{x / y:.2f}")
         lines += [""] + floors if floors else []
+    cuda = record.get("cuda")
+    if cuda and cuda.get("skipped"):
+        lines += ["", "## cuda. The fusion kernels' device test", "",
+                  "Skipped (the smoke run without nvcc or the Eigen headers)."]
+    elif cuda:
+        lines += ["", "## cuda. The fusion kernels' device test", "",
+                  f"`{cuda['command']}`: exit {cuda['returncode']}"
+                  f"{' (compiled only)' if cuda.get('compile_only') else ''}"
+                  f", {cuda['summary']}"]
+    compiled = record.get("compiled")
+    if compiled:
+        lines += ["", "## compiled. torch with `jit_compile=True`", "",
+                  "Part a's settings; the step Keras compiles with "
+                  "torch.compile.", "",
+                  "| item | images/s | vs eager (part a) |", "|---|---|---|"]
+        eager = (record.get("a") or {}).get("results", {})
+        results = compiled.get("results", {})
+        for key, r in results.items():
+            base = eager.get(key.rsplit("|", 1)[0])
+            ratio = (f"{r['images_per_s'] / base['images_per_s']:.2f}"
+                     if base else "–")
+            lines.append(f"| {key} | {r['images_per_s']:,.1f} | {ratio} |")
+        for key, r in compiled.get("failed", {}).items():
+            lines.append(f"| {key} | failed: "
+                         f"{r['error'].strip().splitlines()[-1][:200]} | – |")
+        lso, lars = (results.get("torch|keras|lso_sgd|compiled"),
+                     results.get("torch|keras|lars_mixed|compiled"))
+        if lso and lars:
+            lines += ["", "LARSMixed / LSO(SGD), compiled: "
+                      f"{lars['images_per_s'] / lso['images_per_s']:.3f}"]
     c = record.get("c")
     if c and c.get("runs"):
-        study = parts.bench_module("large_batch_study")
-        s = c["settings"]
-        lines += [
-            "", "## c. Large-batch study", "",
-            f"Passes: {s['passes']}; "
-            f"{'complete' if c.get('complete') else 'not complete'}.", ""]
-        text = study.report(c, study_path)
+        study = parts.bench_module(c["settings"]["study"])
+        text = study.markdown(c)
+        with open(study_path, "w") as f:
+            f.write(text + "\n")
+        lines += ["", "## c. " + text.splitlines()[0].lstrip("# ")]
         lines += ["#" + line if line.startswith("#") else line
-                  for line in text.splitlines()]
-    if c and c.get("grown_runs"):
-        lines += grown(c)
+                  for line in text.splitlines()[1:]]
     return "\n".join(lines) + "\n"
-
-
-def grown(c):
-    """The grown-batch runs of part c, one row each."""
-    g, s = c["settings"]["grown"], c["settings"]
-    lines = [
-        "", "### c. Grown batches", "",
-        f"From {s['small_batch']} ({g['accumulation']} micro-batches) up to "
-        f"{s['small_batch'] * g['max_factor']}: `--adaptive_batch` "
-        f"{' and '.join(g['policies'])}.", "",
-        "| policy | optimizer | phase | epochs | peak rate | seed | final val "
-        "acc | updates | batch by epoch | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(c["grown_runs"], key=lambda r: (
-            r["policy"], r["optimizer"], r["epochs"], r["rate"], r["seed"])):
-        batches = ", ".join(str(b) for b in r.get("batch_per_epoch") or [])
-        updates = "–" if r.get("updates") is None else f"{r['updates']:,}"
-        lines.append(
-            f"| {r['policy']} | {r['optimizer']} | "
-            f"{r['phase'].rsplit('_', 1)[1]} | {r['epochs']} | "
-            f"{r['rate']:.4g} | {r['seed']} | {r['val_accuracy']:.4f} | "
-            f"{updates} | {batches} | {r['wall_seconds']:.0f} |")
-    return lines
 
 
 def _not_installed(session):

@@ -95,6 +95,10 @@ class Deadline(Exception):
     """The budget ran out; finished items are saved."""
 
 
+class ItemTimeout(Exception):
+    """An item ran past the time its part allows each item."""
+
+
 class Campaign:
     """The JSON record, the budget and the workers of one invocation."""
 
@@ -132,14 +136,17 @@ class Campaign:
     def left(self):
         return self.deadline - time.time()
 
-    def wait(self):
-        """The next line of any worker, or `Deadline`."""
+    def wait(self, until=float("inf")):
+        """The next line of any worker; `Deadline` at the budget's end, or
+        `ItemTimeout` at `until` (a time.time()) if that comes first."""
+        left = min(self.left(), until - time.time())
         try:
-            left = self.left()
             return self.results.get(
                 timeout=None if left == float("inf") else max(left, 0))
         except queue.Empty:
-            raise Deadline from None
+            if self.left() <= 0:
+                raise Deadline from None
+            raise ItemTimeout from None
 
     def installed(self, part, backend, count):
         """Whether `backend`'s package is here; if not, says so once and
@@ -155,39 +162,23 @@ class Campaign:
 
     def start(self, backend, env=()):
         """A new worker, once it is ready (other workers' lines are kept)."""
-        worker = Worker(backend, self.results, self.log_path, env)
-        others = []
-        try:
-            while True:
-                got, tag, value = self.wait()
-                if got is not worker:
-                    others.append((got, tag, value))
-                elif tag == "READY":
-                    # A campaign on a CPU would spend its budget measuring
-                    # nothing: only the smoke may run there.
-                    if not self.args.smoke and value["device"].startswith("cpu"):
-                        worker.stop()
-                        sys.exit(f"{backend} sees no GPU ({value['device']}); "
-                                 "the campaign needs one (or --smoke)")
-                    return worker
-                else:
-                    sys.exit(f"a {backend} worker ended ({tag}) before "
-                             f"starting; see {self.log_path}")
-        finally:
-            for line in others:
-                self.results.put(line)
+        return self.start_many(backend, 1, env)[0]
 
-    def run_items(self, part, items, settings):
+    def run_items(self, part, items, settings, item_seconds=None):
         """Runs the `items` (task dicts with a `key` and a `backend`) not yet
-        in the record, one worker per run of same-backend items; True when
-        every item whose backend is installed is done."""
+        in the record, one worker per run of same-backend items; an item
+        that fails is recorded under `failed` with its error (not retried)
+        and the rest go on; so is one that runs past `item_seconds`. True
+        when every item whose backend is installed is done or failed."""
         store = self.record.setdefault(part, {})
         if store.get("settings", settings) != settings:
             sys.exit(f"{self.path}: part {part} was measured with "
                      f"{store['settings']}, not {settings}; use another --out")
         store["settings"] = settings
         done = store.setdefault("results", {})
-        todo = [i for i in items if i["key"] not in done]
+        failed = store.setdefault("failed", {})
+        todo = [i for i in items if i["key"] not in done
+                and i["key"] not in failed]
         backends = {i["backend"] for i in todo}
         absent = {b for b in backends if not self.installed(
             part, b, sum(i["backend"] == b for i in todo))}
@@ -203,9 +194,14 @@ class Campaign:
                     worker = None
                 worker = worker or self.start(item["backend"])
                 start = time.time()
+                until = start + item_seconds if item_seconds else float("inf")
                 worker.send(dict(item, part=part, settings=settings))
                 while True:
-                    got, tag, value = self.wait()
+                    try:
+                        got, tag, value = self.wait(until)
+                    except ItemTimeout:
+                        got, tag, value = worker, "TIMEOUT", (
+                            f"did not finish within {item_seconds:g} s")
                     if got is not worker:
                         continue
                     if tag == "RESULT":
@@ -218,50 +214,89 @@ class Campaign:
                         print(f"{part} {item['key']}: {report.brief(value)}",
                               flush=True)
                         break
+                    # A failed item is kept with its error, and the part
+                    # goes on in a fresh worker.
                     worker.stop()
-                    raise SystemExit(f"part {part} {item['key']} failed "
-                                     f"({tag}): {value}; see {self.log_path}")
+                    worker = None
+                    failed[item["key"]] = dict(
+                        error=str(value)[-2000:], finished=now())
+                    self.save()
+                    print(f"{part} {item['key']}: FAILED ({tag}); "
+                          f"{str(value).strip().splitlines()[-1:]}",
+                          flush=True)
+                    break
         finally:
             if worker:
                 worker.stop()
-        return all(i["key"] in done for i in todo)
+        return all(i["key"] in done or i["key"] in failed for i in todo)
 
     def run_pool(self, plan, count, env=()):
         """Runs `plan`'s tasks over up to `count` workers of its backend at
         once: `plan.next_task(busy, seconds_left)` gives the next (None:
         nothing that fits), `plan.finished(task, result, now)` records one
-        and gives the line to print. Returns `plan.complete()`."""
+        and gives the line to print. The workers start together, as many as
+        there are tasks for. Returns `plan.complete()`."""
         workers, busy = [], {}
         try:
             while True:
-                idle = [w for w in workers if w not in busy]
-                while len(workers) < count and not idle:
-                    if plan.next_task(list(busy.values()), self.left()) is None:
-                        break
-                    workers.append(self.start(plan.backend, env))
-                    idle = [workers[-1]]
-                for worker in idle:
-                    task = plan.next_task(list(busy.values()), self.left())
+                tasks = []
+                while len(busy) + len(tasks) < count:
+                    task = plan.next_task(
+                        list(busy.values()) + tasks, self.left())
                     if task is None:
                         break
+                    tasks.append(task)
+                idle = [w for w in workers if w not in busy]
+                if len(idle) < len(tasks):
+                    workers += self.start_many(plan.backend,
+                                               len(tasks) - len(idle), env)
+                    idle = [w for w in workers if w not in busy]
+                for worker, task in zip(idle, tasks):
                     worker.send(dict(task, part=plan.part))
                     busy[worker] = task
                 if not busy:
                     break
                 got, tag, value = self.wait()
-                if got not in workers:
+                if got not in busy:
                     continue
                 if tag == "RESULT":
                     line = plan.finished(busy.pop(got), value, now())
                     self.save()
                     print(line, flush=True)
                 elif tag in ("FAILED", "EXIT"):
-                    raise SystemExit(f"part {plan.part} {got.task} failed "
+                    raise SystemExit(f"part {plan.part} {busy[got]} failed "
                                      f"({tag}): {value}; see {self.log_path}")
         finally:
             for worker in workers:
                 worker.stop()
         return plan.complete()
+
+    def start_many(self, backend, count, env=()):
+        """`count` new workers, started together, once all are ready."""
+        new = [Worker(backend, self.results, self.log_path, env)
+               for _ in range(count)]
+        waiting, others = set(new), []
+        try:
+            while waiting:
+                got, tag, value = self.wait()
+                if got not in waiting:
+                    others.append((got, tag, value))
+                elif tag == "READY":
+                    waiting.discard(got)
+                    # A campaign on a CPU would spend its budget measuring
+                    # nothing: only the smoke may run there.
+                    if not self.args.smoke and value["device"].startswith("cpu"):
+                        for worker in new:
+                            worker.stop()
+                        sys.exit(f"{backend} sees no GPU ({value['device']});"
+                                 " the campaign needs one (or --smoke)")
+                else:
+                    sys.exit(f"a {backend} worker ended ({tag}) before "
+                             f"starting; see {self.log_path}")
+        finally:
+            for line in others:
+                self.results.put(line)
+        return new
 
 
 def now():

@@ -38,6 +38,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seeds  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
@@ -375,7 +378,20 @@ def report(record, path):
             f"{' (resumed)' if run_seconds(r) > r['wall_seconds'] else ''} | "
             + (f"{r['precise_bn']['val_accuracy']:.4f} |" if r.get("precise_bn")
                else "|"))
-    lines += ["", "## Claims, as measured", ""]
+    lines += ["", "## Over seeds", "",
+              "Each configuration (phase aside) over its seeds: final "
+              "accuracy mean ± sample sd, or one seed, which decides "
+              "nothing; the claims below compare seed-0 runs.", "",
+              "| optimizer | batch | epochs | peak rate | seeds | final val "
+              "acc |", "|---|---|---|---|---|---|"]
+    found = seeds.aggregate(
+        runs, lambda r: (r["optimizer"], r["batch"], r["epochs"],
+                         round(r["rate"], 9)), [], lambda r, t: None)
+    for (optimizer, batch, epochs, rate), s in sorted(found.items()):
+        lines.append(f"| {optimizer} | {batch} | {epochs} | {rate:.4g} | "
+                     f"{', '.join(map(str, s['seeds']))} | "
+                     f"{seeds.describe(s)} |")
+    lines += ["", "## Claims, as measured (seed 0; one seed each)", ""]
     for name, c in record["claims"].items():
         verdict = "holds" if c["holds"] else "does not hold"
         if c["holds"] is None:

@@ -59,7 +59,7 @@ def measure(args):
         f"--gradient_accumulation_steps={args.accumulation}",
         "--precision=float32", "--verbose=0",
     ])
-    run = main.prepare(config, main.place(config))
+    run = main.prepare(config, main.place(config.placement))
     inputs = run.inputs
     # Every update measured: the study's B_simple at full precision.
     gns = GradientNoiseScale(inputs.step_batch, beta=args.beta, interval=1)

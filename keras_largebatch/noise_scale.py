@@ -31,6 +31,7 @@ References:
 
 import contextlib
 import math
+from typing import NamedTuple
 
 import keras
 from keras import ops
@@ -40,6 +41,7 @@ from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
+from keras_largebatch.schedules import ScaledLearningRate
 
 LOG_NAMES = ("gradient_noise_scale", "gns_grad_sq_norm", "gns_trace_cov")
 DEFAULT_BETA = 0.99
@@ -48,6 +50,23 @@ DEFAULT_INTERVAL = 1
 # at most 3% of a step on bench/noise_scale_cost.py's 3.2M-weight MLP on
 # every backend (docs/benchmarks.md); the averages see 1/n of the updates.
 MONITOR_INTERVAL = 8
+
+
+class Statistics(NamedTuple):
+    """What a step of `NoiseScaleOptimizer` writes: its variables, or their
+    values. `STATISTIC_VARIABLES` holds each variable's name, which is also
+    its key in a checkpoint."""
+
+    small_sum: object  # sum of |g_i|^2 over this update's micro-batches
+    grad_sq: object  # ema of |G|^2
+    trace: object  # ema of tr(Sigma) / batch_size
+    samples: object  # measured updates (the emas' bias correction)
+    updates: object  # updates taken
+
+
+STATISTIC_VARIABLES = Statistics(
+    small_sum="gns_small_sum", grad_sq="gns_grad_sq", trace="gns_trace",
+    samples="gns_samples", updates="updates")
 
 
 def accumulating_optimizer(optimizer):
@@ -136,10 +155,16 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
     """Wraps an optimizer; measures the gradient noise as it applies gradients.
 
     Keeps, as its own saved variables, the moving averages from which
-    B_simple is read (`result`), and two variables of `AdaptiveBatch`: the
-    number of micro-batches per update in effect and the factor it applied
-    to the learning rate. Everything else (`learning_rate`, `iterations`,
-    loss scaling, saving of the inner state) is the wrapped optimizer's.
+    B_simple is read (`result`; `statistics`, a `Statistics`), and the
+    batch in effect that `AdaptiveBatch` decides: the number of
+    micro-batches per update and the factor its rule applied to the
+    learning rate (`accumulation_steps`, `learning_rate_factor`; the
+    switch waiting for its micro-batch and the rate the factor scales are
+    attributes, read again when a fit starts). Everything else
+    (`learning_rate`, `iterations`, loss scaling, saving of the inner
+    state) is the wrapped optimizer's. Its own variables are saved by
+    name; a checkpoint that holds them by position (keras_largebatch
+    before the named store) loads too.
 
     Two sources of K gradients of b examples each (unscaled: a loss scale
     is undone) and their average, over K * b examples:
@@ -203,6 +228,8 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         # The k the optimizer was compiled with (AdaptiveBatch's start).
         self.initial_accumulation_steps = accumulating_optimizer(
             optimizer).gradient_accumulation_steps
+        self.pending_accumulation_steps = None
+        self.base_learning_rate = None
 
     def build(self, var_list):
         if self.built:
@@ -213,11 +240,12 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
                 shape=(), dtype=dtype, name=name, aggregation="only_first_replica",
                 initializer=keras.initializers.Constant(value))
 
-        self.small_sum = scalar("gns_small_sum")
-        self.grad_sq = scalar("gns_grad_sq")
-        self.trace = scalar("gns_trace")  # ema of tr(Sigma) / batch_size
-        self.samples = scalar("gns_samples")
-        self.updates = scalar("updates", "int", 0)
+        names = STATISTIC_VARIABLES
+        self.small_sum = scalar(names.small_sum)
+        self.grad_sq = scalar(names.grad_sq)
+        self.trace = scalar(names.trace)
+        self.samples = scalar(names.samples)
+        self.updates = scalar(names.updates, "int", 0)
         self.accumulation_steps = scalar("accumulation_steps", "int", 0)
         self.learning_rate_factor = scalar("learning_rate_factor", value=1.0)
         if not self.inner_optimizer.built:
@@ -230,9 +258,9 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
 
     @property
     def statistics(self):
-        """The variables the step writes, in `result`'s order."""
-        return [self.small_sum, self.grad_sq, self.trace, self.samples,
-                self.updates]
+        """The variables the step writes, a `Statistics`."""
+        return Statistics(self.small_sum, self.grad_sq, self.trace,
+                          self.samples, self.updates)
 
     def apply(self, grads, trainable_variables=None):
         if not self.built:
@@ -343,8 +371,8 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         and after the wrapped optimizer applied this micro-batch (a skipped
         step leaves it unchanged)."""
         small, big, is_measured = measured
-        small_sum, grad_sq, trace, samples, updates = [
-            v.value for v in self.statistics]
+        small_sum, grad_sq, trace, samples, updates = Statistics(
+            *(v.value for v in self.statistics))
         k = accumulating_optimizer(self).gradient_accumulation_steps or 1
         accepted = ops.not_equal(after, before)
         update = ops.logical_and(accepted, ops.equal(after % k, 0))
@@ -367,14 +395,15 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         trace = ops.where(sample, b * trace + (1 - b) * new_trace, trace)
         samples = ops.where(sample, samples + 1.0, samples)
         updates = ops.where(update, updates + 1, updates)
-        return small_sum, grad_sq, trace, samples, updates
+        return Statistics(small_sum, grad_sq, trace, samples, updates)
 
     def result(self, batch_size):
         """`{name: value}` for `LOG_NAMES`, bias-corrected, for a global
         micro-batch of `batch_size` examples; NaNs before the first
         measured update."""
-        _, grad_sq, trace, samples, _ = [
-            float(ops.convert_to_numpy(v.value)) for v in self.statistics]
+        values = Statistics(*(float(ops.convert_to_numpy(v.value))
+                              for v in self.statistics))
+        grad_sq, trace, samples = values.grad_sq, values.trace, values.samples
         if samples == 0:
             return dict.fromkeys(LOG_NAMES, float("nan"))
         debias = 1 - self.beta ** samples
@@ -409,14 +438,79 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
 
     def save_own_variables(self, store):
         # The inner optimizer's variables are saved under `inner_optimizer/`.
-        for i, variable in enumerate(self._variables):
-            store[str(i)] = ops.convert_to_numpy(variable)
+        for variable in self._variables:
+            store[variable.name] = ops.convert_to_numpy(variable)
 
     def load_own_variables(self, store):
-        if len(store.keys()) != len(self._variables):
-            return super().load_own_variables(store)  # Warns and skips.
-        for i, variable in enumerate(self._variables):
-            variable.assign(store[str(i)])
+        keys = set(store.keys())
+        names = [v.name for v in self._variables]
+        if keys == set(names):
+            for name, variable in zip(names, self._variables):
+                variable.assign(store[name])
+        elif keys == {str(i) for i in range(len(names))}:
+            # Written by position, in the same order, before the keyed store.
+            for i, variable in enumerate(self._variables):
+                variable.assign(store[str(i)])
+        else:
+            super().load_own_variables(store)  # Warns and skips.
+
+    def take_back_batch(self):
+        """Once per fit (until `start_batch_decisions`): reads the compiled
+        rate the factor scales and puts the saved k and factor back into
+        effect (a restored run). True when that changed k (the train
+        function must be made again)."""
+        if self.base_learning_rate is not None:
+            return False
+        factor = float(ops.convert_to_numpy(self.learning_rate_factor))
+        inner = accumulating_optimizer(self)
+        rate = inner._learning_rate
+        if isinstance(rate, keras.Variable):
+            self.base_learning_rate = float(
+                ops.convert_to_numpy(rate)) / factor
+        else:
+            self.base_learning_rate = getattr(rate, "base", rate)
+        saved = int(ops.convert_to_numpy(self.accumulation_steps))
+        if saved > inner.gradient_accumulation_steps:
+            self.set_accumulation_steps(saved, factor)
+            return True
+        self.accumulation_steps.assign(inner.gradient_accumulation_steps)
+        return False
+
+    def start_batch_decisions(self):
+        """A fit starts: no switch pending, and `take_back_batch` reads the
+        compiled rate again."""
+        self.pending_accumulation_steps = None
+        self.base_learning_rate = None
+
+    def ask_accumulation_steps(self, k):
+        """Asks for k micro-batches per update from the next micro-batch
+        that k divides (never fewer than in effect or asked before); True
+        while a switch is pending."""
+        k = max(k, self.pending_accumulation_steps or 0)
+        if k > accumulating_optimizer(self).gradient_accumulation_steps:
+            self.pending_accumulation_steps = k
+        return self.pending_accumulation_steps is not None
+
+    def micro_batches_to_switch(self, counter):
+        """How many micro-batches, from the micro-batch `counter`, before the
+        pending k can start (0: now)."""
+        return -counter % self.pending_accumulation_steps
+
+    def set_accumulation_steps(self, k, factor):
+        """Puts k micro-batches per update and `factor` times the compiled
+        rate into effect (a `ScaledLearningRate` on a schedule)."""
+        inner = accumulating_optimizer(self)
+        inner.gradient_accumulation_steps = k
+        base = self.base_learning_rate
+        if isinstance(base, (int, float)):
+            inner.learning_rate.assign(base * factor)
+        elif factor == 1.0:
+            inner.learning_rate = base
+        else:
+            inner.learning_rate = ScaledLearningRate(base, factor)
+        self.accumulation_steps.assign(k)
+        self.learning_rate_factor.assign(factor)
+        self.pending_accumulation_steps = None
 
     def get_config(self):
         return {

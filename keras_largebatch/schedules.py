@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_largebatch._shared import check_int
+from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 
@@ -86,6 +87,38 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
             "initial_learning_rate": self.initial_learning_rate,
             "name": self.name,
         }
+
+
+@keras_largebatch_export("keras_largebatch.schedules.ScaledLearningRate")
+class ScaledLearningRate(keras.optimizers.schedules.LearningRateSchedule):
+    """`factor * base(step)`: a schedule (or a callable of no argument,
+    as Keras' optimizers take) times a constant. `AdaptiveBatch` puts it
+    on the optimizer when its rate rule scales a schedule.
+
+    Args:
+        base: A `LearningRateSchedule` or a callable.
+        factor: Float > 0.
+    """
+
+    def __init__(self, base, factor):
+        check_number("factor", factor, lambda x: x > 0, "> 0")
+        self.base = base
+        self.factor = float(factor)
+
+    def __call__(self, step):
+        if isinstance(self.base, keras.optimizers.schedules.LearningRateSchedule):
+            return self.base(step) * self.factor
+        return self.base() * self.factor
+
+    def get_config(self):
+        return {"base": keras.saving.serialize_keras_object(self.base),
+                "factor": self.factor}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["base"] = keras.saving.deserialize_keras_object(config["base"])
+        return cls(**config)
 
 
 @keras_largebatch_export("keras_largebatch.scale_learning_rate")

@@ -101,6 +101,16 @@ if [ "$CUDA_JOB" != 0 ]; then
     KERAS_LARGEBATCH_BUILD_NATIVE=cuda KERAS_BACKEND=tensorflow PYTHONSAFEPATH=1 \
       TF_CPP_MIN_LOG_LEVEL=2 "$CUDA_VENV/bin/python" -m pytest -q -p no:cacheprovider \
       tests/test_native_build.py tests/distribute/test_native_ops.py "$@" || status=1
+    # The kernels' device test (native/tests/), built as the GPU campaign
+    # builds it, from pack_eigen.py's tarball: with nvcc for one architecture
+    # (it runs only on a GPU), and host-only, run against a scalar loop.
+    eigen_tar=$(mktemp -d)/eigen.tar.gz
+    "$CUDA_VENV/bin/python" native/tests/pack_eigen.py "$eigen_tar" || status=1
+    bash native/tests/device_test.sh --eigen-tar "$eigen_tar" --arch sm_90 \
+      --compile-only || status=1
+    bash native/tests/device_test.sh --eigen-tar "$eigen_tar" --cpu-only | tail -1
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    rm -rf "$(dirname "$eigen_tar")"
   fi
 fi
 exit $status

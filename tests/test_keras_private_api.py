@@ -3,12 +3,18 @@
 Keras has no public hook for these; each row says where and why it is used.
 The rows were checked on the Keras versions that `pyproject.toml` accepts
 (`KERAS_CHECKED`); a Keras that moves one fails here, naming it, before it
-fails inside a training step. Keras' development head and what moved there:
-docs/keras-versions.md.
+fails inside a training step. Where the package repeats a Keras method's
+steps, the method's body is pinned too (`BODIES`, a source hash per checked
+version), so that a step a new release adds fails here instead of being
+skipped; a version with no recorded bodies is skipped with what to re-check
+(CI installs the newest Keras `pyproject.toml` accepts, not a fixed one).
+Keras' development head and what moved there: docs/keras-versions.md.
 """
 
+import hashlib
 import importlib
 import inspect
+import json
 
 import keras
 import numpy as np
@@ -113,6 +119,41 @@ TENSORFLOW_OPTIMIZER_STATE = [
      "LayerwiseOptimizer's TensorFlow update runs in the strategy the "
      "optimizer was made in, as Keras' does"),
 ]
+# Bodies, not only signatures: `LayerwiseOptimizer.apply` and
+# `_apply_gradients` (optimizers/layerwise.py) repeat the steps of Keras' `apply` and
+# `_backend_apply_gradients`, and on TensorFlow `_tensorflow_update_step`
+# repeats `_backend_update_step`; a step Keras adds to one of them would be
+# skipped silently. The seven private methods `apply` reaches, which the
+# package calls in turn, are pinned with them.
+REIMPLEMENTED = ["apply", "_backend_apply_gradients"]
+TENSORFLOW_REIMPLEMENTED = ["_backend_update_step"]
+CALLED = ["_check_variables_are_known", "_filter_empty_gradients",
+          "_overwrite_variables_directly_with_gradients", "_clip_gradients",
+          "_backend_increment_gradient_accumulators",
+          "_backend_reset_gradient_accumulators",
+          "_update_model_variables_moving_average"]
+# Keras version -> {defining class.method: sha256 of its source, 16 hex}, as
+# `python tests/test_keras_private_api.py` prints them, once per backend.
+# 3.12.4 and 3.15.1 have the same bodies.
+_BODIES_3_12_TO_3_15 = {
+    "BaseOptimizer.apply": "43097be63b919d03",
+    "BaseOptimizer._backend_apply_gradients": "48d6e24d58039241",
+    "JaxOptimizer._backend_apply_gradients": "6952aaee4628e60a",
+    "TFOptimizer._backend_update_step": "00bd759c099a6b72",
+    "BaseOptimizer._check_variables_are_known": "7fe637cd983aad42",
+    "BaseOptimizer._filter_empty_gradients": "a780e49af0d5bd93",
+    "BaseOptimizer._overwrite_variables_directly_with_gradients":
+        "25889236cdb59405",
+    "BaseOptimizer._clip_gradients": "152b956e23c91ad9",
+    "BaseOptimizer._backend_increment_gradient_accumulators":
+        "cda762a003fb02be",
+    "TFOptimizer._backend_increment_gradient_accumulators":
+        "5e5ed334c33b5a56",
+    "BaseOptimizer._backend_reset_gradient_accumulators": "4e9ad3b3e598cfb6",
+    "BaseOptimizer._update_model_variables_moving_average":
+        "ae5df2205d65bb21",
+}
+BODIES = {"3.12.4": _BODIES_3_12_TO_3_15, "3.15.1": _BODIES_3_12_TO_3_15}
 BACKUP_STATE = ["_weights_path", "_training_metadata_path", "_current_epoch",
                 "_last_batch_seen"]
 SEED_GENERATORS = ("the command's Backup saves the state of every layer's "
@@ -289,3 +330,51 @@ def test_private_overrides_are_only_the_listed_ones():
                          f"Keras {keras.__version__} added them to "
                          f"{base.__name__}.")
     assert not added, "\n".join(added)
+
+
+def _bodies():
+    """{qualified name: source hash} of the pinned methods as this backend's
+    `keras.optimizers.Optimizer` resolves them."""
+    names = REIMPLEMENTED + CALLED
+    if keras.backend.backend() == "tensorflow":
+        names = names + TENSORFLOW_REIMPLEMENTED
+    found = {}
+    for name in names:
+        method = getattr(OPTIMIZER, name)
+        source = inspect.getsource(method).encode()
+        found[method.__qualname__] = hashlib.sha256(source).hexdigest()[:16]
+    return found
+
+
+def test_reimplemented_keras_bodies_are_the_checked_ones():
+    version = keras.__version__
+    if version not in BODIES:
+        pytest.skip(
+            f"Keras {version}: no method bodies recorded (checked: "
+            f"{', '.join(BODIES)}). Compare Keras' Optimizer.apply and "
+            "_backend_apply_gradients (and TensorFlow's "
+            "_backend_update_step) with LayerwiseOptimizer.apply, "
+            "_apply_gradients and _tensorflow_update_step; then run "
+            f"`KERAS_BACKEND=... python {__file__}` on each backend and add "
+            "what it prints to BODIES.")
+    recorded = BODIES[version]
+    changed = []
+    for name, digest in _bodies().items():
+        if recorded.get(name) == digest:
+            continue
+        method = name.rsplit(".", 1)[1]
+        what = ("LayerwiseOptimizer.apply/_apply_gradients/"
+                "_tensorflow_update_step repeat its steps: add any new step "
+                "there" if method in REIMPLEMENTED + TENSORFLOW_REIMPLEMENTED
+                else "LayerwiseOptimizer.apply calls it: check it still does "
+                "what the row of METHODS says")
+        changed.append(
+            f"The body of Keras' `{name}` is not the one recorded for Keras "
+            f"{version} (sha256 {digest}, recorded "
+            f"{recorded.get(name)}): {what} (optimizers/layerwise.py), "
+            "then record the new hash in BODIES.")
+    assert not changed, "\n".join(changed)
+
+
+if __name__ == "__main__":
+    print(json.dumps({keras.__version__: _bodies()}, indent=4))

@@ -170,6 +170,33 @@ def test_statistics_are_saved_with_the_optimizer(tmp_path):
     assert float(keras.ops.convert_to_numpy(restored.optimizer.updates)) == 8
 
 
+def test_own_variables_are_saved_by_name_and_statistics_named():
+    x, y, w = regression(d=8, n=64, sigma=0.5)
+    model = linear_model(w)
+    model.compile(klb.NoiseScaleOptimizer(keras.optimizers.SGD(
+        0.0, gradient_accumulation_steps=2)), "mse")
+    model.fit(x, y, batch_size=16, verbose=0)
+    state = model.optimizer
+    store = {}
+    state.save_own_variables(store)
+    assert set(noise_scale.STATISTIC_VARIABLES) | {
+        "accumulation_steps", "learning_rate_factor"} <= set(store)
+    statistics = state.statistics
+    assert statistics._fields == noise_scale.Statistics._fields
+    for field, name in noise_scale.STATISTIC_VARIABLES._asdict().items():
+        assert getattr(statistics, field).name == name
+        np.testing.assert_array_equal(
+            store[name], ops.convert_to_numpy(getattr(statistics, field)))
+    assert int(store["updates"]) == 2
+    # Loaded by name, whatever the order of the store.
+    other = linear_model(w)
+    other.compile(klb.NoiseScaleOptimizer(keras.optimizers.SGD(
+        0.0, gradient_accumulation_steps=2)), "mse")
+    other.optimizer.build(other.trainable_variables)
+    other.optimizer.load_own_variables(dict(reversed(list(store.items()))))
+    assert other.optimizer.result(16) == state.result(16)
+
+
 def test_second_fit_with_the_callback_measures_again():
     x, y, w = regression(d=8, n=256, sigma=0.5)
     model = linear_model(w)

@@ -7,26 +7,9 @@ from keras_largebatch.optimizers.lamb import LAMB
 class LAMBMixed(mixed.MixedOptimizer):
     """LAMB with dynamic loss scaling and float32 master weights.
 
-    The mechanism of `LARSMixed` around the `LAMB` rule: each step
-
-    ```python
-    g = all_reduce_sum(g)                 # tf.distribute: still loss-scaled
-    if not all_finite(g):                 # skip: nothing is written
-        loss_scale /= 2
-    else:
-        g = float32(g) / loss_scale       # one multiply (folded on torch)
-        master = LAMB(master, g)          # the LAMB rule, in float32
-        w = cast(master, w.dtype)         # float16 / bfloat16 variables
-    ```
-
-    Under `mixed_float16` the model's variables are float32 and are their
-    own masters; under `float16` each float16 variable gets a float32
-    master in this optimizer's state, re-synchronised if the variable is set
-    from outside. A subclass of `keras.optimizers.LossScaleOptimizer`:
-    `model.compile` keeps it under `mixed_float16` and Keras' trainers scale
-    the loss. The loss scale doubles after `dynamic_growth_steps` finite
-    steps. Under `tf.distribute`, the loss-scaled gradients are summed
-    first, then every replica unscales and checks the same sum.
+    `MixedOptimizer`'s mixed-precision step (Jia et al., 2018) with the
+    `LAMB` rule on the float32 masters. Use it as
+    `model.compile(optimizer=LAMBMixed(...))` under `mixed_float16`.
 
     Args:
         learning_rate, beta_1, beta_2, epsilon, weight_decay,

@@ -1,4 +1,3 @@
-import keras
 from keras import ops
 
 from keras_largebatch._shared import check_number
@@ -96,16 +95,35 @@ class LARS(layerwise.LayerwiseOptimizer):
         if self.momentum:
             self.momentums = [self.add_slot(s, "momentum") for s in sources]
 
-    fused_paths = {"torch": "keras_largebatch.optimizers.torch_lars"}
+    fused_paths = {
+        "torch": "keras_largebatch.optimizers.torch_lars",
+        "tensorflow": "keras_largebatch.optimizers.tf_lars",
+    }
     reads_gradient_norms = True
 
     def update_step(
         self, gradient, variable, learning_rate,
         gradient_step=layerwise.PLAIN_STEP,
     ):
-        rule = self.rule_for(variable)
-        if not rule.updated:
+        if not self.rule_for(variable).updated:
             return
+        w, step = self.scaled_update(
+            gradient, variable, learning_rate, gradient_step
+        )
+        if self.momentum:
+            velocity = self.momentums[self._get_variable_index(variable)]
+            new_velocity = ops.add(ops.multiply(velocity, self.momentum), step)
+            self.assign(velocity, new_velocity)
+            if self.nesterov:
+                step = ops.add(ops.multiply(new_velocity, self.momentum), step)
+            else:
+                step = new_velocity
+        self.assign(variable, ops.cast(ops.subtract(w, step), variable.dtype))
+
+    def scaled_update(self, gradient, variable, learning_rate, gradient_step):
+        """`(w, step)`: the variable in float32 and
+        `lr * trust * (g + wd * w)`, its update before momentum."""
+        rule = self.rule_for(variable)
         w = ops.cast(variable, "float32")
         g = ops.cast(layerwise.densify(gradient), "float32")
         lr = ops.cast(learning_rate, "float32")
@@ -124,24 +142,7 @@ class LARS(layerwise.LayerwiseOptimizer):
         step = ops.multiply(g, lr if g_scale is None else lr * g_scale)
         if wd:
             step = ops.add(step, ops.multiply(w, lr * wd))
-        velocity = None
-        if self.momentum:
-            velocity = self.momentums[self._get_variable_index(variable)]
-        if self.use_fused_path and _tensorflow_float32(variable):
-            from keras_largebatch.optimizers import tf_lars
-
-            tf_lars.apply_step(
-                variable, velocity, step, self.momentum, self.nesterov
-            )
-            return
-        if velocity is not None:
-            new_velocity = ops.add(ops.multiply(velocity, self.momentum), step)
-            self.assign(velocity, new_velocity)
-            if self.nesterov:
-                step = ops.add(ops.multiply(new_velocity, self.momentum), step)
-            else:
-                step = new_velocity
-        self.assign(variable, ops.cast(ops.subtract(w, step), variable.dtype))
+        return w, step
 
     def get_config(self):
         config = super().get_config()
@@ -155,10 +156,3 @@ class LARS(layerwise.LayerwiseOptimizer):
         )
         return config
 
-
-def _tensorflow_float32(variable):
-    """Whether the last part of the update runs in `tf_lars`'s kernel."""
-    return (
-        keras.backend.backend() == "tensorflow"
-        and keras.backend.standardize_dtype(variable.dtype) == "float32"
-    )

@@ -7,33 +7,11 @@ from keras_largebatch.optimizers.lars import LARS
 class LARSMixed(mixed.MixedOptimizer):
     """LARS with dynamic loss scaling and float32 master weights.
 
-    The mixed-precision method of Jia et al. (2018): forward and backward run
-    in float16, then each step
-
-    ```python
-    g = all_reduce_sum(g)                 # tf.distribute: still loss-scaled
-    if not all_finite(g):                 # skip: nothing is written
-        loss_scale /= 2
-    else:
-        g = float32(g) / loss_scale       # folded into the LARS pass
-        master = LARS(master, g)          # the LARS rule, in float32
-        w = cast(master, w.dtype)         # float16 / bfloat16 variables
-    ```
-
-    Under `mixed_float16` the model's variables are float32 and are their
-    own masters. Under the `float16` policy each float16 variable gets a
-    float32 master copy in this optimizer's state; an update smaller than
-    float16's resolution accumulates there instead of being rounded away.
-    If a model variable is changed outside the optimizer (`set_weights`,
-    `load_weights`), its master is re-synchronised on the next step.
-
-    A subclass of `keras.optimizers.LossScaleOptimizer`, so
-    `model.compile(optimizer=LARSMixed(...))` under `mixed_float16` keeps it
-    as it is and Keras' trainers scale the loss. The loss scale doubles
-    after `dynamic_growth_steps` finite steps. Under a `tf.distribute`
-    strategy the gradients are summed across replicas while still
-    multiplied by the loss scale, then every replica unscales and checks
-    the same sum (`all_reduce_scaled_gradients`).
+    `MixedOptimizer`'s mixed-precision step (Jia et al., 2018) with the
+    `LARS` rule on the float32 masters; unless it clips or accumulates
+    gradients, LARS takes its gradient norms from the finiteness check and
+    `1 / loss_scale` folded into its update. Use it as
+    `model.compile(optimizer=LARSMixed(...))` under `mixed_float16`.
 
     Args:
         learning_rate, momentum, eta, weight_decay, epsilon, nesterov,

@@ -13,6 +13,7 @@ minus Keras' own `exclude_from_weight_decay(var_list=..., var_names=...)`.
 import dataclasses
 import functools
 import importlib
+import sys
 import types
 from typing import Any
 from typing import Mapping
@@ -95,7 +96,9 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     fused_paths = types.MappingProxyType({})
     """Backend name -> the module of the rule's fused update on that
     backend, whose `update_step(optimizer, grads, variables, learning_rate,
-    gradient_step)` replaces the per-variable loop. Imported on first use
+    gradient_step)` replaces the per-variable loop (on TensorFlow, it may
+    run that loop through `_tensorflow_update_step` with its own update of
+    one variable). Imported at `build`
     (it imports the backend's framework); inherited by subclasses, as
     Keras' `TorchOptimizer.__new__` is not."""
 
@@ -263,6 +266,7 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             for v, s in zip(variables, sources)
         }
         self._build_slots(sources)
+        fused_update_step(self)
 
     def _build_slots(self, sources):
         raise NotImplementedError(
@@ -325,12 +329,17 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             for g, v in zip(grads, trainable_variables):
                 self.update_step(g, v, learning_rate, gradient_step)
 
-    def _tensorflow_update_step(self, grads, variables, learning_rate, step):
+    def _tensorflow_update_step(self, grads, variables, learning_rate, step,
+                                update=None):
         """Keras' TensorFlow `_backend_update_step`, `step` handed on: the
         gradients are summed across replicas unless a wrapper summed them
         already (`step.reduced`), then each variable is updated in the
-        strategy's update context."""
+        strategy's update context, by `update(gradient, variable,
+        learning_rate, step)` (default: `update_step`; a fused path on
+        TensorFlow passes its own)."""
         from keras_largebatch import _tf_internals
+
+        update = update or self.update_step
 
         pairs = [
             (g, v.value if isinstance(v, keras.Variable) else v)
@@ -343,7 +352,7 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             for g, v in pairs:
                 distribution.extended.update(
                     v,
-                    lambda v, g, lr: self.update_step(g, v, lr, step),
+                    lambda v, g, lr: update(g, v, lr, step),
                     args=(g, learning_rate),
                     group=False,
                 )
@@ -381,10 +390,15 @@ def fused_update_step(optimizer):
     class (or the nearest ancestor) declares it in `fused_paths`,
     `update_step(optimizer, grads, variables, learning_rate,
     gradient_step)`, or None."""
-    module = type(optimizer).fused_paths.get(keras.backend.backend())
-    if module is None:
+    name = type(optimizer).fused_paths.get(keras.backend.backend())
+    if name is None:
         return None
-    return importlib.import_module(module).update_step
+    # `torch.compile` traces a lookup in `sys.modules`, not an import:
+    # `build` imports the module, outside any compiled step.
+    module = sys.modules.get(name)
+    if module is None:
+        module = importlib.import_module(name)
+    return module.update_step
 
 
 def norm(x):

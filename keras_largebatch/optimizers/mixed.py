@@ -1,25 +1,6 @@
-"""Dynamic loss scaling and float32 master weights around a layer-wise rule.
-
-The mixed-precision method of Jia et al. (2018), shared by `LARSMixed` and
-`LAMBMixed`: forward and backward run in float16, then each step
-
-```python
-g = all_reduce_sum(g)                 # tf.distribute: still loss-scaled
-if not all_finite(g):                 # skip: nothing is written
-    loss_scale /= 2
-else:
-    master = rule(master, float32(g) / loss_scale)    # in float32
-    w = cast(master, w.dtype)         # float16 / bfloat16 variables
-```
-
-The finiteness check reads each gradient once, as its sum of squares. The
-rule then gets the gradients still loss-scaled, with a
-`layerwise.GradientStep` holding `1 / loss_scale` (which it multiplies into
-its own scaling of each gradient) and those sums (LARS's gradient norms), so
-the check is the only extra pass. Where the rule clips or accumulates
-gradients, those need unscaled values: the gradients are unscaled first (on
-torch in place, in one pass with the check, as `torch.amp.GradScaler` does).
-"""
+"""`MixedOptimizer`: dynamic loss scaling and float32 master weights around a
+layer-wise rule, the base of `LARSMixed` and `LAMBMixed` (its torch branches
+are `torch_mixed`'s)."""
 
 import keras
 from keras import ops
@@ -35,15 +16,52 @@ _LOW_PRECISION = ("float16", "bfloat16")
 
 
 class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
-    """Base of `LARSMixed` and `LAMBMixed`: `inner_class(**inner_kwargs)`
-    is the rule, applied to float32 masters on unscaled gradients.
+    """Dynamic loss scaling and float32 master weights around a layer-wise
+    rule: the mixed-precision step of Jia et al. (2018), shared by
+    `LARSMixed` and `LAMBMixed` (`inner_class(**inner_kwargs)` is the rule).
+
+    Forward and backward run in float16 on a loss multiplied by the loss
+    scale (Keras' trainers scale it: a subclass of
+    `keras.optimizers.LossScaleOptimizer`, so `model.compile` keeps it under
+    `mixed_float16`); then each step
+
+    ```python
+    g = all_reduce_sum(g)                 # tf.distribute: still loss-scaled
+    if not all_finite(g):                 # skip: nothing is written
+        loss_scale /= 2                   # dynamic=True
+    else:
+        g = float32(g) / loss_scale       # folded into the rule where it can be
+        master = rule(master, g)          # the layer-wise rule, in float32
+        w = cast(master, w.dtype)         # float16 / bfloat16 variables
+        # dynamic=True: loss_scale *= 2 after `dynamic_growth_steps` such steps
+    ```
+
+    The finiteness check reads each gradient once, as its sum of squares.
+    The rule then gets the gradients still loss-scaled, with a
+    `layerwise.GradientStep` holding `1 / loss_scale` (which it multiplies
+    into its own scaling of each gradient) and those sums (LARS's gradient
+    norms), so the check is the only extra pass. Where the rule clips or
+    accumulates gradients, those need unscaled values: the gradients are
+    unscaled first (on torch in place, in one pass with the check, as
+    `torch.amp.GradScaler` does; `torch_mixed`). With `dynamic=False` the
+    scale stays `initial_scale`, and a non-finite step is still skipped.
+
+    Under `mixed_float16` the model's variables are float32 and are their
+    own masters. Under the `float16` policy each float16 (or bfloat16)
+    variable gets a float32 master copy in this optimizer's state; an
+    update smaller than float16's resolution accumulates there instead of
+    being rounded away. A master whose variable was changed outside the
+    optimizer (`set_weights`, `load_weights`) is re-synchronised on the next
+    step. Under a `tf.distribute` strategy the gradients are summed across
+    replicas while still multiplied by the loss scale, then every replica
+    unscales and checks the same sum (`all_reduce_scaled_gradients`).
 
     Of Keras' `LossScaleOptimizer` it keeps the constructor, the loss-scale
     state (`dynamic_scale`, `step_counter`), `scale_loss` and the
     properties, and overrides public methods only: `build`, `apply`,
-    `stateless_apply`, `check_finite`, saving and the config. With
-    `dynamic=False` the scale stays `initial_scale`. Its checkpoint is one
-    store keyed by its layout, `mixed_state` (`checkpoint`).
+    `stateless_apply`, `check_finite`, saving and the config. Its
+    checkpoint is one store keyed by its layout, `mixed_state`
+    (`checkpoint`).
     """
 
     def __init__(
@@ -132,7 +150,9 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         if backend == "tensorflow":
             self._apply_tensorflow(grads, variables)
         elif backend == "torch":
-            self._apply_torch(grads, variables)
+            from keras_largebatch.optimizers import torch_mixed
+
+            torch_mixed.apply(self, grads, variables)
         else:
             finite, squares = self._finite_and_squares(grads)
             if _is_traced(finite):
@@ -218,29 +238,6 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             cross_replica, args=(grads, variables)
         )
 
-    def _apply_torch(self, grads, variables):
-        from keras_largebatch.optimizers import torch_foreach
-
-        grads = [
-            None if g is None else ops.cast(g, "float32") for g in grads
-        ]
-        # Folding `1 / loss_scale` into the rule saves a write of each
-        # gradient where the rule takes the squared norms of the check (its
-        # gradient norms); otherwise unscaling in place in the check's pass
-        # saves the rule a scaled copy.
-        inner = self.inner_optimizer
-        if self._folds_unscaling() and inner.reads_gradient_norms:
-            finite, squares = self._finite_and_squares(grads)
-            unscaled = False
-        else:
-            inverse = 1.0 / self.dynamic_scale.value
-            finite = torch_foreach.unscale_and_check(grads, inverse)
-            squares, unscaled = None, True
-        if bool(finite):
-            self._apply_finite(grads, variables, squares, unscaled)
-        else:
-            self._skip()
-
     def _finite_and_squares(self, grads):
         """`(finite, squares)`: whether every gradient is finite, and each
         one's `sum(float32(g) ** 2)` (None for a missing gradient), from
@@ -248,9 +245,9 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         rather than read each gradient again (on JAX, XLA would merge the
         two reads anyway; TensorFlow and torch do not)."""
         if keras.backend.backend() == "torch":
-            from keras_largebatch.optimizers import torch_foreach
+            from keras_largebatch.optimizers import torch_mixed
 
-            return torch_foreach.check_finite(grads)
+            return torch_mixed.check_finite(grads)
         squares = [
             None if g is None else layerwise.squared_norm(ops.cast(g, "float32"))
             for g in grads
@@ -274,33 +271,36 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
 
         `squares` are the squared norms `_finite_and_squares` returned;
         `unscaled` says the gradients were unscaled in place already;
-        `counted=False` leaves the rule's step counter to the caller.
+        `counted=False` leaves the rule's step counter to the caller. The
+        rule's `GradientStep` holds `1 / loss_scale` and the squared norms
+        where it takes loss-scaled gradients; where it clips or accumulates
+        them, they are unscaled here first (unless `unscaled`).
         """
         targets = [self._target(v) for v in variables]
-        # Under tf.distribute the loss-scaled gradients were summed first.
-        reduced = keras.backend.backend() == "tensorflow"
-        if unscaled:
-            step = layerwise.GradientStep(reduced=reduced, counted=counted)
-        elif self._folds_unscaling():
-            step = layerwise.GradientStep(
-                inverse_scale=ops.divide(1.0, self.dynamic_scale.value),
+        inverse, norms = None, {}
+        if not unscaled:
+            inverse = ops.divide(1.0, self.dynamic_scale.value)
+            if self._folds_unscaling():
                 # `_var_key` is the rule's key of a variable too.
-                squared_norms={
+                norms = {
                     self._var_key(t): s
                     for t, s in zip(targets, squares or ())
                     if s is not None
-                },
-                reduced=reduced,
-                counted=counted,
-            )
-        else:
-            inverse = ops.divide(1.0, self.dynamic_scale.value)
-            grads = [
-                g if g is None or _overwrites_with_gradient(v)
-                else ops.multiply(ops.cast(g, "float32"), inverse)
-                for g, v in zip(grads, variables)
-            ]
-            step = layerwise.GradientStep(reduced=reduced, counted=counted)
+                }
+            else:
+                grads = [
+                    g if g is None or _overwrites_with_gradient(v)
+                    else ops.multiply(ops.cast(g, "float32"), inverse)
+                    for g, v in zip(grads, variables)
+                ]
+                inverse = None
+        step = layerwise.GradientStep(
+            inverse_scale=inverse,
+            squared_norms=norms,
+            # Under tf.distribute the loss-scaled gradients were summed first.
+            reduced=keras.backend.backend() == "tensorflow",
+            counted=counted,
+        )
         for v, master in zip(variables, targets):
             if master is not v:
                 # Re-sync a master whose variable was set from outside.

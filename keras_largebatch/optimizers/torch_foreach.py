@@ -1,5 +1,15 @@
-"""What the fused torch paths (`torch_lars`, `torch_lamb`) share: which
-variables go through `torch._foreach_*`, the norms, the finiteness check."""
+"""What the torch paths (`torch_lars`, `torch_lamb`, `torch_mixed`) share:
+which variables go through the multi-tensor `torch._foreach_*` ops, the
+per-variable flags and step scalars as device tensors, the norms.
+
+Every op here takes all the step's tensors at once, so an optimizer step
+dispatches the same number of torch ops for 10 variables as for 1,000; all
+of them have fake (meta) implementations, so the step also runs under
+`torch.compile` (`model.compile(..., jit_compile=True)`). Per-variable
+scalars (trust ratios, decay factors) stay one device vector, handed to the
+`_foreach` ops as its 0-d slices (`torch.unbind`): nothing waits for the
+device.
+"""
 
 import keras
 import torch
@@ -24,52 +34,35 @@ def split(optimizer, grads, variables):
     return fused, others
 
 
-def squared_norms(tensors):
-    """The squared L2 norm of each tensor, as one float32 vector."""
-    if tensors[0].is_cuda:
-        norms = torch.stack(torch._foreach_norm(tensors))
-        return norms * norms
-    # On CPU a BLAS dot per tensor reads it once; `_foreach_norm` is a loop
-    # of `vector_norm` calls there (docs/benchmarks.md compares them).
-    return torch.stack([torch.dot(t.reshape(-1), t.reshape(-1)) for t in tensors])
+def flags(values, device, dtype=torch.float32):
+    """A per-variable Python list (decay factors, masks) as one device
+    vector: a constant under `torch.compile`."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def scalar(value, device):
+    """A step's scalar (learning rate, `1 / loss_scale`, bias correction)
+    as a float32 device tensor: as a Python number it would sync with the
+    host."""
+    return keras.ops.convert_to_tensor(value, dtype="float32").to(device)
 
 
 def norms(tensors, known=None):
-    """The L2 norm of each tensor, as one float32 vector; `known` holds the
-    squared norms computed earlier in the step (None where not), and is
-    used when it holds them all."""
+    """The L2 norm of each tensor, as one float32 vector (one
+    `_foreach_norm`, accumulated in float32 whatever the tensors' dtype);
+    `known` holds the squared norms computed earlier in
+    the step (None where not), and is used when it holds them all."""
     if known is not None and all(s is not None for s in known):
         return torch.stack(list(known)).sqrt()
-    return squared_norms(tensors).sqrt()
+    return torch.stack(torch._foreach_norm(tensors, dtype=torch.float32))
 
 
-@torch.no_grad()
-def check_finite(grads):
-    """Returns `(finite, squares)`: whether every gradient is finite, from
-    one read of each (a NaN or an infinity makes its squared norm
-    non-finite; so does a finite one whose square overflows float32, which
-    only skips a step), and each gradient's squared norm (None for a
-    missing gradient)."""
-    tensors = [keras.ops.convert_to_tensor(g) for g in grads if g is not None]
-    if not tensors:
-        return torch.tensor(True), [None] * len(grads)
-    squares = squared_norms(tensors)
-    found = iter(torch.unbind(squares))
-    return (
-        torch.isfinite(squares.sum()),
-        [None if g is None else next(found) for g in grads],
-    )
+def squared_norms(tensors):
+    """The squared L2 norm of each tensor, as one float32 vector."""
+    return norms(tensors).square()
 
 
-@torch.no_grad()
-def unscale_and_check(grads, inverse):
-    """Multiplies the float32 `grads` by `inverse` in place and returns
-    whether all are finite: one pass, the kernel `torch.amp.GradScaler`
-    uses."""
-    tensors = [g for g in grads if g is not None]
-    if not tensors:
-        return torch.tensor(True)
-    found_inf = torch.zeros(1, device=tensors[0].device)
-    inverse = torch.as_tensor(inverse, dtype=torch.float32).reshape(1).to(found_inf.device)
-    torch._amp_foreach_non_finite_check_and_unscale_(tensors, found_inf, inverse)
-    return found_inf[0] == 0
+def scalars(vector):
+    """The 0-d slices of a device vector: per-tensor scalars for the
+    `_foreach` ops, without a host sync."""
+    return list(torch.unbind(vector))

@@ -9,7 +9,7 @@ scheduled.
 parallel map threads advance in whatever order they run; and given one
 seed, layers of the same kind draw the same numbers.)
 
-Policies:
+Policies (`--augment=auto` is each data set's own, `data.registry`):
     light: a shift of up to 10% of each side, then a zoom of up to 10%,
         zeros outside; no flip (digits are not mirror-symmetric).
     crop_flip: a random crop of 87.5% of the side, resized back, then a
@@ -35,16 +35,6 @@ def stages(policy, makers):
         return None
     return [(name, makers[name](parameter))
             for name, parameter in STAGES[policy]]
-
-
-def policy_for(augment, dataset):
-    """Resolves `--augment=auto` for a data set."""
-    if augment != "auto":
-        return augment
-    if dataset == "tfrecord":
-        return "none"  # Cropped and flipped while decoding (imagenet.py).
-    return "light" if dataset in ("digits", "mnist", "fashion_mnist") \
-        else "crop_flip"
 
 
 class Augmenter:

@@ -1,17 +1,24 @@
 """The run, assembled by builders with explicit inputs and outputs.
 
 `main.prepare` calls them in turn, as Model Garden's `train_lib` hands a
-typed config to a task, a trainer and a controller:
+typed config to a task, a trainer and a controller. Each takes the parts
+of `flags.RunConfig` it reads (`config.training`, ...), and a lone value
+where it reads one flag of a part that is otherwise not its business:
 
-    check_devices(config, devices)              the batch on the replicas
-    data.load_for(config)                       -> DataSpec
-    data.inputs(config, spec, devices, epoch)   -> Inputs (fit, precise BN)
-    schedule(config, steps_per_epoch, resuming) -> Schedule
-    model(config, spec, schedule, strategy)     -> a compiled keras.Model
-    callbacks(run, throughput, out_dir, peer)   -> the callbacks of `fit`
+    check_devices(training, precise_bn_batches, devices)
+    data.load_for(data, network, seed)              -> DataSpec
+    data.inputs(data, training, spec, devices, seed, precise_bn_batches,
+                epoch)                              -> Inputs
+    schedule(learning_rate, training, optimizer, steps_per_epoch,
+             resuming)                              -> Schedule
+    model(network, optimization, gradient_accumulation_steps, spec,
+          schedule)                                 -> a compiled keras.Model
+    check_noise_scale(optimizer, strategy, gradient_accumulation_steps)
+    callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
+              ...)                                  -> the callbacks of `fit`
 
-`Devices` is where the run computes (`main.place`), `Run` what the
-builders built. What the run writes around `fit` is `report.py`'s.
+`Devices` is where the run computes (`placement.place(placement)`), `Run`
+what the builders built. What the run writes around `fit` is `report.py`'s.
 """
 
 import dataclasses
@@ -65,10 +72,10 @@ class Schedule:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """Everything checked and built, nothing written yet.
+    """Everything checked and built, nothing written yet (the settings
+    stay in `flags.RunConfig`, whose parts the driver hands out).
 
     Attributes:
-        config: the checked flags (`flags.RunConfig`).
         devices: `Devices`.
         spec: the data set (`data.DataSpec`); `spec.image_size` is the
             input size.
@@ -82,7 +89,6 @@ class Run:
         initial_epoch: the epochs already finished in `model_dir`.
     """
 
-    config: object
     devices: Devices
     spec: object
     inputs: object
@@ -94,45 +100,49 @@ class Run:
     initial_epoch: int
 
 
-def check_devices(config, devices):
-    """Refuses a batch the replicas cannot split and precise BN over
-    several JAX processes."""
+def check_devices(training, precise_bn_batches, devices):
+    """Refuses a batch of `training` the replicas cannot split and precise
+    BN over several JAX processes."""
     # Each process would set statistics of its own slice of the batches.
-    require(config.precise_bn_batches == 0 or devices.process_count == 1,
-            "precise_bn_batches", config.precise_bn_batches,
+    require(precise_bn_batches == 0 or devices.process_count == 1,
+            "precise_bn_batches", precise_bn_batches,
             "0 with several JAX processes (each would set different "
             "statistics)")
-    batch, replicas = config.global_batch_size, devices.replicas
+    batch, replicas = training.global_batch_size, devices.replicas
     require(batch % replicas == 0, "global_batch_size", batch,
             f"divisible by the number of replicas ({replicas})")
-    require(batch % (replicas * config.gradient_accumulation_steps) == 0,
+    accumulation = training.gradient_accumulation_steps
+    require(batch % (replicas * accumulation) == 0,
             "global_batch_size", batch,
             f"divisible by the replicas ({replicas}) times "
-            f"--gradient_accumulation_steps "
-            f"({config.gradient_accumulation_steps})")
+            f"--gradient_accumulation_steps ({accumulation})")
 
 
-def schedule(config, steps_per_epoch, resuming=None):
-    """The `Schedule` of the run; resuming with `--epochs` raised, the one
-    of a run planned for the new number of epochs."""
+def schedule(learning_rate, training, optimizer, steps_per_epoch,
+             resuming=None):
+    """The `Schedule` of `learning_rate` (`RunConfig.learning_rate`) for
+    the batch and epochs of `training` and the `optimizer` (its name,
+    which picks the default rule); resuming with `--epochs` raised, the
+    one of a run planned for the new number of epochs."""
+    rates, batch = learning_rate, training.global_batch_size
     peak = recipe.peak_learning_rate(
-        config.optimizer, config.base_learning_rate,
-        config.global_batch_size, config.base_batch_size, config.lr_scaling)
+        optimizer, rates.base_learning_rate, batch, rates.base_batch_size,
+        rates.lr_scaling)
     raised = resuming is not None and resuming.raised
     # A default warmup is a fraction of the run: of the original one when
     # --epochs is raised on resume, so the steps already taken keep theirs.
     warmup = recipe.warmup_epochs_for(
-        config.optimizer, config.lr_scaling, config.global_batch_size,
-        resuming.epochs_before if raised else config.epochs,
-        config.warmup_epochs)
+        optimizer, rates.lr_scaling, batch,
+        resuming.epochs_before if raised else training.epochs,
+        rates.warmup_epochs)
 
     def planned(epochs):
         # Keras calls a schedule with its step counter, which counts
         # batches, not updates, under gradient accumulation.
         return recipe.schedule(peak, steps_per_epoch, epochs, warmup,
-                               config.end_learning_rate, config.poly_power)
+                               rates.end_learning_rate, rates.poly_power)
 
-    learning_rate = planned(config.epochs)
+    learning_rate = planned(training.epochs)
     message = None
     if raised:
         message = resume.raise_message(
@@ -141,26 +151,30 @@ def schedule(config, steps_per_epoch, resuming=None):
     return Schedule(peak, warmup, learning_rate, message)
 
 
-def model(config, spec, schedule, strategy=None):
-    """The model of `--model` for `spec`, initialized from
-    `--init_weights`, compiled with the optimizer of `--optimizer` on
-    `schedule`; call it in the strategy's scope."""
+def model(network, optimization, gradient_accumulation_steps, spec,
+          schedule):
+    """The model of `network` (`RunConfig.network`) for `spec`, compiled
+    with the optimizer and loss of `optimization` on `schedule`, averaging
+    `gradient_accumulation_steps` batches per update; call it in the
+    strategy's scope."""
     built = recipe.build_model(
-        config.model, spec.image_size, spec.num_classes, config.bn_momentum,
-        spec.channels, config.resnet_depth, config.resnet_width)
-    if config.init_weights:
-        recipe.load_init_weights(built, config.init_weights)
+        network.model, spec.image_size, spec.num_classes,
+        network.bn_momentum, spec.channels, network.resnet_depth,
+        network.resnet_width)
+    if network.init_weights:
+        recipe.load_init_weights(built, network.init_weights)
     optimizer = recipe.build_optimizer(
-        config.optimizer, schedule.learning_rate, built, config.momentum,
-        config.eta, config.weight_decay, config.gradient_accumulation_steps)
-    recipe.compile_model(built, optimizer, config.label_smoothing,
+        optimization.optimizer, schedule.learning_rate, built,
+        optimization.momentum, optimization.eta, optimization.weight_decay,
+        gradient_accumulation_steps)
+    recipe.compile_model(built, optimizer, optimization.label_smoothing,
                          top5=spec.num_classes > 10)
-    if config.gradient_noise_scale:
-        _check_noise_scale(config, optimizer, strategy)
     return built
 
 
-def _check_noise_scale(config, optimizer, strategy):
+def check_noise_scale(optimizer, strategy, gradient_accumulation_steps):
+    """`--gradient_noise_scale`: refuses an `optimizer` and `strategy`
+    that take one batch size per step."""
     from keras_largebatch import noise_scale
 
     try:
@@ -171,69 +185,96 @@ def _check_noise_scale(config, optimizer, strategy):
             "step: --gradient_accumulation_steps >= 2 or several "
             "replicas (--distribution=multi_worker). Received: "
             "gradient_noise_scale=True, gradient_accumulation_steps="
-            f"{config.gradient_accumulation_steps}") from None
+            f"{gradient_accumulation_steps}") from None
 
 
-def callbacks(run, throughput, out_dir, peer=False):
+def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
+              *, gradient_accumulation_steps, compression="none",
+              strategy=None, peer=False):
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
-    `throughput` comes first (it adds `images_per_sec` to the logs the
-    rest see); precise BN before the logs and checkpoints, so they see
-    its statistics. A `peer` (a JAX process other than the chief) saves
-    its backup into `out_dir` and restores from the chief's, and writes
-    no logs or checkpoints.
+    `runtime`, `adaptive` and `evaluation` are those parts of
+    `flags.RunConfig`; of the others it reads
+    `gradient_accumulation_steps` (the micro-batches per update, unless
+    the batch grows) and `compression` (top-k residuals, under
+    `strategy`). `inputs` is `data.Inputs`. `throughput` comes first (it
+    adds `images_per_sec` to the logs the rest see); precise BN before
+    the logs and checkpoints, so they see its statistics. A `peer` (a JAX
+    process other than the chief) saves its backup into `out_dir` and
+    restores from the chief's, and writes no logs or checkpoints.
     """
-    config = run.config
     backup = os.path.join(out_dir, "backup")
     found = [
         throughput,
         outputs.EpochScalars(),  # learning_rate, loss_scale
         # The adaptive batch first: its wrapper (every update measured)
         # is the one the noise-scale logs then read.
-        *_adaptive_batch(config, run.inputs.step_batch),
-        *_noise_scale(config, run.inputs.step_batch),
-        outputs.Backup(os.path.join(config.model_dir, "backup")
+        *_adaptive_batch(adaptive, inputs.step_batch),
+        *_noise_scale(adaptive, inputs.step_batch),
+        outputs.Backup(os.path.join(runtime.model_dir, "backup")
                        if peer else backup, backup),
-        *_residual_checkpoints(config, run.devices.strategy, backup),
-        resume.step_randomness(config.seed),
-        *_precise_bn(config, run.inputs),
+        *_residual_checkpoints(compression, strategy, backup),
+        resume.step_randomness(runtime.seed),
+        *_precise_bn(evaluation.precise_bn_batches, inputs),
     ]
     if not peer:
-        found += _logs(config, out_dir)
+        found += _logs(runtime.keep_checkpoints, out_dir)
+    # Every JAX process evaluates (it is collective); the chief writes.
+    found += _within_epoch_evals(
+        evaluation.evals_per_epoch, gradient_accumulation_steps,
+        inputs.validation, throughput, None if peer else out_dir, found)
     return [c for c in found if c is not None]
 
 
-def _noise_scale(config, step_batch):
-    if not config.gradient_noise_scale:
+def _within_epoch_evals(per_epoch, accumulation_steps, validation,
+                        throughput, out_dir, found):
+    """`--evals_per_epoch` (`per_epoch`) above 1: the evaluations within
+    each epoch, with the micro-batches per update read from the adaptive
+    batch when it grows, else `accumulation_steps`; `out_dir` None:
+    evaluate, write nothing (a JAX peer)."""
+    if per_epoch == 1:
+        return []
+    # By the class: the property itself needs the model, not set yet.
+    grown = [c for c in found if hasattr(type(c), "accumulation_steps")]
+    accumulation = (lambda: grown[0].accumulation_steps) if grown else (
+        lambda: accumulation_steps)
+    return [outputs.WithinEpochEvals(
+        validation, per_epoch,
+        out_dir and os.path.join(out_dir, "evals.csv"), accumulation,
+        throughput)]
+
+
+def _noise_scale(adaptive, step_batch):
+    if not adaptive.gradient_noise_scale:
         return []
     from keras_largebatch.noise_scale import GradientNoiseScale
 
     return [GradientNoiseScale(step_batch)]
 
 
-def _adaptive_batch(config, step_batch):
+def _adaptive_batch(adaptive, step_batch):
     """`--adaptive_batch`: the callback that grows the batch from
     `step_batch` (one micro-batch, all replicas) times
     `--gradient_accumulation_steps`; its state is the optimizer's, so the
     backup resumes it at the batch it had."""
-    if config.adaptive_batch == "none":
+    if adaptive.adaptive_batch == "none":
         return []
     from keras_largebatch.adaptive_batch import AdaptiveBatch
     from keras_largebatch.train import flags
 
-    schedule = flags.batch_schedule(config) or None
+    schedule = flags.batch_schedule(adaptive) or None
     return [AdaptiveBatch(
-        step_batch, max_batch_size=config.max_global_batch_size or None,
-        policy=config.adaptive_batch, c=config.noise_scale_multiple,
+        step_batch, max_batch_size=adaptive.max_global_batch_size or None,
+        policy=adaptive.adaptive_batch, c=adaptive.noise_scale_multiple,
         schedule=schedule,
-        learning_rate_rule=config.adaptive_learning_rate)]
+        learning_rate_rule=adaptive.adaptive_learning_rate)]
 
 
-def _residual_checkpoints(config, strategy, backup_dir):
+def _residual_checkpoints(compression, strategy, backup_dir):
     """Under `--compression=topk`, the callback that saves and restores this
     worker's error-feedback residuals at each epoch's end, beside the
     backup (`Backup` resumes from the same epoch)."""
-    if config.compression != "topk" or strategy is None:
+    if compression != "topk" or strategy is None:
         return []
     from keras_largebatch.distribute import sparse
 
@@ -241,18 +282,17 @@ def _residual_checkpoints(config, strategy, backup_dir):
         strategy, os.path.join(backup_dir, "topk_residuals"))]
 
 
-def _precise_bn(config, inputs):
-    if not config.precise_bn_batches:
+def _precise_bn(count, inputs):
+    if not count:
         return []
     from keras_largebatch.precise_bn import PreciseBatchNorm
 
-    return [PreciseBatchNorm(inputs.precise_bn_batches,
-                             config.precise_bn_batches)]
+    return [PreciseBatchNorm(inputs.precise_bn_batches, count)]
 
 
-def _logs(config, out_dir):
-    """history.csv, the epoch checkpoints and TensorBoard (None without
-    a writer)."""
+def _logs(keep_checkpoints, out_dir):
+    """history.csv, the epoch checkpoints (`keep_checkpoints` kept) and
+    TensorBoard (None without a writer)."""
     import keras
 
     from keras_largebatch.train import checkpoints
@@ -261,6 +301,6 @@ def _logs(config, out_dir):
         keras.callbacks.CSVLogger(
             os.path.join(out_dir, "history.csv"), append=True),
         checkpoints.EpochCheckpoints(
-            os.path.join(out_dir, "checkpoints"), config.keep_checkpoints),
+            os.path.join(out_dir, "checkpoints"), keep_checkpoints),
         outputs.tensorboard(os.path.join(out_dir, "tensorboard")),
     ]

@@ -46,27 +46,28 @@ def run_values(values, given):
         and name not in given})
 
 
-def evaluate(run):
-    """Evaluates the latest checkpoint of `run.config.model_dir` (a
-    `builders.Run`); writes eval.json; returns 0."""
+def evaluate(run, model_dir, epochs, precise_bn_batches=0):
+    """Evaluates the latest checkpoint in `model_dir` with the model and
+    data of `run` (a `builders.Run`), batch-norm statistics first
+    recomputed over `precise_bn_batches` batches (of its last epoch;
+    `epochs` for final.keras); writes eval.json; returns 0."""
     import keras
 
     from keras_largebatch.train import checkpoints
     from keras_largebatch.train import outputs
 
-    model_dir = run.config.model_dir
     path = checkpoints.latest(model_dir)
     if path is None:
         raise ValueError(
             "`mode=eval` found no checkpoint in `model_dir` (checkpoints/ "
             f"or final.keras). Received: model_dir={model_dir!r}")
     checkpoints.weights_only(run.model).load_weights(path)
-    count = run.config.precise_bn_batches
+    count = precise_bn_batches
     if count:
         from keras_largebatch.precise_bn import recompute_batch_norm_statistics
 
         # final.keras has no epoch in its name: it is the last one.
-        epoch = checkpoints.epoch_of(path) or run.config.epochs
+        epoch = checkpoints.epoch_of(path) or epochs
         recompute_batch_norm_statistics(
             run.model, run.inputs.precise_bn_batches(epoch - 1), count)
     metrics = run.model.evaluate(run.inputs.validation, verbose=0,

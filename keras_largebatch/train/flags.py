@@ -1,15 +1,20 @@
 """The flags of `keras-largebatch-train`: one table, everything else from it.
 
-`TABLE` lists each flag once: its name, type, default, help, the check of
-its value, whether resuming a run may change it, and whether the run
-records it in `run_config.json`. `RULES`, beside it, are the checks that
-read several flags together. From the two come the absl flags
+`TABLE` lists each flag once: its name, type, default, help, its group,
+the check of its value, whether resuming a run may change it, and whether
+the run records it in `run_config.json`. `RULES`, beside it, are the
+checks that read several flags together. From the two come the absl flags
 (`define_flags`), the checks (`check`), the typed, frozen `RunConfig`
-every part of the command receives (`config`), resume's rules (`FREE`,
-`RAISABLE`, `RECORDED`) and the table in docs/training.md (`markdown`,
-which a test compares with the page):
+the driver receives (`config`), resume's rules (`FREE`, `RAISABLE`,
+`RECORDED`) and the table in docs/training.md (`markdown`, which a test
+compares with the page):
 
     python -m keras_largebatch.train.flags     # prints the Markdown table
+
+`RunConfig` holds one frozen dataclass per group of `GROUPS`, each with a
+typed field per flag of that group (`config.optimization.momentum`), so
+that each builder takes the groups it reads; `config.recorded()` is the
+flat {flag: value} that `run_config.json` holds.
 
 The defaults are the embedded default run: AlexNet-BN at its minimum input
 (67x67) on scikit-learn's digits, batch 32, LARSMixed with warmup and
@@ -24,13 +29,16 @@ from absl import flags
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
+from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
+from keras_largebatch.adaptive_batch import policies as adaptive_policies
+from keras_largebatch.adaptive_batch import rules as adaptive_rules
 from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
 from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
 from keras_largebatch.train import recipe
+from keras_largebatch.train.data import registry
 
 MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5", "resnet_cifar")
-DATASETS = ("digits", "directory", "tfrecord", "synthetic", "mnist",
-            "fashion_mnist", "cifar10", "cifar100")
+DATASETS = registry.NAMES  # One entry each in train/data/registry.py.
 OPTIMIZERS = ("lars_mixed", "lars", "lamb_mixed", "lamb", "sgd")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 DISTRIBUTIONS = ("none", "multi_worker", "data_parallel")
@@ -43,10 +51,6 @@ FRACTION = (lambda x: 0 < x <= 1, "in (0, 1]")
 RESNET_DEPTH = (lambda x: x >= 8 and (x - 2) % 6 == 0,
                 "6n + 2 with n >= 1 (8, 14, 20, ...)")
 VERBOSITY = (lambda x: x in (0, 1, 2), "0, 1 or 2")
-# keras_largebatch.adaptive_batch's POLICIES and LEARNING_RATE_RULES (a
-# test checks they agree; importing it here would import Keras).
-ADAPTIVE_POLICIES = ("noise_scale", "schedule")
-ADAPTIVE_RATE_RULES = ("auto", "unchanged", "adascale", "linear", "sqrt")
 
 
 def _parse_schedule(text):
@@ -65,9 +69,31 @@ def _parse_schedule(text):
     return steps
 
 
-def batch_schedule(config):
-    """`--batch_schedule` as `[(epoch, batch), ...]` (checked)."""
-    return _parse_schedule(config.batch_schedule)
+def batch_schedule(adaptive):
+    """`--batch_schedule` of `adaptive` (`RunConfig.adaptive`) as
+    `[(epoch, batch), ...]` (checked)."""
+    return _parse_schedule(adaptive.batch_schedule)
+
+
+# The parts of `RunConfig`, in order, and who reads each.
+GROUPS = {
+    "data": "The data set and its input pipeline (`data.load_for`, "
+            "`data.inputs`).",
+    "network": "The architecture, its batch norm and initial weights "
+               "(`builders.model`, `data.load_for`).",
+    "optimization": "The optimizer and the loss (`builders.model`).",
+    "learning_rate": "The learning-rate schedule (`builders.schedule`).",
+    "training": "The batch and the length of the run (`data.inputs`, "
+                "`builders.schedule`, `builders.check_devices`).",
+    "adaptive": "The gradient noise scale and the growing batch "
+                "(`builders.callbacks`).",
+    "evaluation": "Precise BN and evaluations within an epoch "
+                  "(`builders.callbacks`, `evaluate`).",
+    "placement": "Where the run computes and how workers all-reduce "
+                 "(`placement.place`).",
+    "runtime": "This invocation: its folder, mode, checkpoints, seed, "
+               "precision and logging (`main`, `builders.callbacks`).",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +102,7 @@ class Flag:
 
     Attributes:
         name, kind, default, help: as absl's `DEFINE_<kind>` takes them.
+        group: the `GROUPS` entry (the `RunConfig` part) it belongs to.
         values: the choices of an `enum`.
         minimum: an `integer`'s smallest value.
         valid: `(predicate, expected)` for other values (None passes).
@@ -89,6 +116,7 @@ class Flag:
     kind: str
     default: object
     help: str
+    group: str
     values: tuple = ()
     minimum: int = None
     valid: tuple = None
@@ -108,213 +136,226 @@ TABLE = (
     Flag('model', 'enum', MODELS[0],
         "Architecture; resnet_cifar is He et al.'s CIFAR ResNet "
         '(--resnet_depth, --resnet_width), for CPU-scale studies.',
-         values=MODELS),
+         group='network', values=MODELS),
     Flag('resnet_depth', 'integer', 20,
         'resnet_cifar: depth 6n + 2 (8, 14, 20, ...).',
-         valid=RESNET_DEPTH),
+         group='network', valid=RESNET_DEPTH),
     Flag('resnet_width', 'integer', 16,
         'resnet_cifar: channels of the first stage.',
-         minimum=1),
+         group='network', minimum=1),
     Flag('dataset', 'enum', 'digits',
-        'digits: embedded (scikit-learn, no download); directory: class '
-        'subfolders under --data_dir (with train/ and validation/ or split '
-        '80/20); tfrecord: ImageNet-format train-*/validation-* files in '
-        '--data_dir; synthetic: random images, for throughput; the others: '
-        'keras.datasets (download once).',
-         values=DATASETS),
+        registry.flag_help(),
+         group='data', values=DATASETS),
     Flag('data_dir', 'string', None,
-        'Data for directory and tfrecord.'),
+        'Data for directory and tfrecord.',
+         group='data'),
     Flag('input_pipeline', 'enum', 'auto',
         'grain: Grain and NumPy, no TensorFlow (in-memory data sets, class '
         'folders); tf_data: tf.data (every data set; needs TensorFlow). '
         'auto: tf_data on the TensorFlow backend and for tfrecord, grain '
         'elsewhere.',
-         values=('auto', 'tf_data', 'grain')),
+         group='data', values=('auto', 'tf_data', 'grain')),
     Flag('num_classes', 'integer', 0,
         'Classes for tfrecord (default 1000) and synthetic (default 10); '
         'inferred elsewhere.',
-         minimum=0),
+         group='data', minimum=0),
     Flag('num_train_examples', 'integer', 0,
         'tfrecord: training examples (steps per epoch); 0: from index.json '
         'in --data_dir (python -m keras_largebatch.train.imagenet DIR '
         "writes it) or ImageNet's 1,281,167. Nothing is counted at start.",
-         minimum=0),
+         group='data', minimum=0),
     Flag('num_validation_examples', 'integer', 0,
         "tfrecord: validation examples; 0: index.json or ImageNet's 50,000.",
-         minimum=0),
+         group='data', minimum=0),
     Flag('image_size', 'integer', 0,
         'Square input size; 0 means 67 for alexnet_bn (its minimum), 32 for '
         "resnet50, and the data set's own size for resnet_cifar.",
-         minimum=0),
+         group='data', minimum=0),
     Flag('global_batch_size', 'integer', 32,
         'Batch over all replicas.',
-         minimum=1),
+         group='training', minimum=1),
     Flag('base_learning_rate', 'float', 0.0,
         'Rate at --base_batch_size, scaled by --lr_scaling to the global '
         'batch; 0 means 0.1 for sgd, 2.0 for lars and lars_mixed, 0.002 for '
         'lamb and lamb_mixed. Not used by --lr_scaling=mlperf.',
-         valid=NONNEGATIVE),
+         group='learning_rate', valid=NONNEGATIVE),
     Flag('base_batch_size', 'integer', 256,
         'Batch of the base rate.',
-         minimum=1),
+         group='learning_rate', minimum=1),
     Flag('lr_scaling', 'enum', 'auto',
         "The peak rate: mlperf is MLPerf's LARS table by global batch (10 "
         'below 16K, 25 below 32K, 31.2 above; 10 * sqrt(batch / 4096) below '
         '4096); linear (Goyal et al.) and sqrt scale --base_learning_rate; '
         'none uses it as the peak. auto: mlperf for lars and lars_mixed, '
         'linear for sgd, sqrt for lamb and lamb_mixed.',
+         group='learning_rate',
          values=('auto', 'mlperf', 'linear', 'sqrt', 'none')),
     Flag('warmup_epochs', 'float', None,
         "Linear warmup length; default: the rule's fraction of --epochs "
         '(mlperf: 5/42 below a global batch of 32K, 25/90 above; linear: '
         '5/90).',
-         valid=NONNEGATIVE),
+         group='learning_rate', valid=NONNEGATIVE),
     Flag('end_learning_rate', 'float', 0.0001,
-        'Rate after decay.'),
+        'Rate after decay.',
+         group='learning_rate'),
     Flag('poly_power', 'float', 2.0,
-        'Power of the polynomial decay.'),
+        'Power of the polynomial decay.',
+         group='learning_rate'),
     Flag('epochs', 'integer', 6,
         'Training epochs.',
-         minimum=1, raise_only=True),
+         group='training', minimum=1, raise_only=True),
     Flag('steps_per_epoch', 'integer', 0,
         'Limit steps per epoch (0: whole data set).',
-         minimum=0),
+         group='training', minimum=0),
     Flag('gradient_accumulation_steps', 'integer', 1,
         'Batches of --global_batch_size / N whose gradients are averaged '
         'before each update: a large batch on a small machine (batch norm '
         'then sees each batch of global / N, as on a cluster each replica '
         'does).',
-         minimum=1),
+         group='training', minimum=1),
     Flag('optimizer', 'enum', 'lars_mixed',
         'Optimizer.',
-         values=OPTIMIZERS),
+         group='optimization', values=OPTIMIZERS),
     Flag('momentum', 'float', 0.9,
-        'Momentum.'),
+        'Momentum.',
+         group='optimization'),
     Flag('eta', 'float', 0.001,
         'LARS trust coefficient.',
-         valid=POSITIVE),
+         group='optimization', valid=POSITIVE),
     Flag('weight_decay', 'float', 0.0005,
         'L2 decay on kernels (never biases or BN).',
-         valid=NONNEGATIVE),
+         group='optimization', valid=NONNEGATIVE),
     Flag('precision', 'enum', 'auto',
         'auto: mixed_float16 on a GPU, float32 on a CPU.',
-         values=PRECISIONS),
+         group='runtime', values=PRECISIONS),
     Flag('label_smoothing', 'float', 0.0,
         'Label smoothing.',
-         valid=UNIT),
+         group='optimization', valid=UNIT),
     Flag('bn_momentum', 'float', 0.9,
         "Batch-norm moving-average momentum (0.9 as in MLPerf's ResNet; "
         "Keras' 0.99 lags behind in runs of a few hundred steps).",
-         valid=UNIT),
+         group='network', valid=UNIT),
     Flag('precise_bn_batches', 'integer', 0,
         "Before each evaluation (and in --mode=eval), set batch norm's "
         'statistics to their average over this many training batches (Goyal '
         "et al.'s precise BN); 0: the moving averages. Not with "
         '--distribution=multi_worker.',
-         minimum=0, free=True),
+         group='evaluation', minimum=0, free=True),
+    Flag('evals_per_epoch', 'integer', 1,
+        'Evaluate on the validation set this many times an epoch, evenly '
+        "spaced in its batches (the last is the epoch's own); above 1, each "
+        'evaluation goes to model_dir/evals.csv with the updates taken so '
+        'far, to read the updates to a target accuracy within an epoch.',
+         group='evaluation', minimum=1, free=True),
     Flag('gradient_noise_scale', 'boolean', False,
         'Log the gradient noise scale B_simple (McCandlish et al.) each '
         'epoch and say at the end what it means for the batch; needs '
         '--gradient_accumulation_steps >= 2 or several replicas. Measures '
-        'every 8th update (every update with --adaptive_batch).'),
+        'every 8th update (every update with --adaptive_batch).',
+         group='adaptive'),
     Flag('adaptive_batch', 'enum', 'none',
         'Grow the batch during training (keras_largebatch.AdaptiveBatch) by '
         'accumulating more micro-batches of --global_batch_size / '
         '--gradient_accumulation_steps per update: noise_scale follows the '
         'gradient noise scale B_simple, schedule follows '
         '--batch_schedule; up to --max_global_batch_size.',
-         values=('none',) + ADAPTIVE_POLICIES),
+         group='adaptive',
+         values=('none',) + tuple(adaptive_policies.POLICIES)),
     Flag('max_global_batch_size', 'integer', 0,
         'The largest batch --adaptive_batch may grow to, a multiple of the '
         'micro-batch; 0: the largest of --batch_schedule (required for '
         'noise_scale).',
-         minimum=0),
-    Flag('noise_scale_multiple', 'float', 1.0,
+         group='adaptive', minimum=0),
+    Flag('noise_scale_multiple', 'float',
+         adaptive_defaults.NOISE_SCALE_MULTIPLE,
         'With --adaptive_batch=noise_scale: the batch follows this multiple '
         'of B_simple (1: the balanced point of McCandlish et al., twice the '
         'fewest updates and twice the fewest examples; above 1, fewer '
         'updates).',
-         valid=POSITIVE),
+         group='adaptive', valid=POSITIVE),
     Flag('batch_schedule', 'string', '',
         'With --adaptive_batch=schedule: EPOCH:BATCH,... (epochs counted '
         'from 0, increasing; each batch --global_batch_size times a power '
-        "of 2), Smith et al.'s schedule."),
-    Flag('adaptive_learning_rate', 'enum', 'auto',
+        "of 2), Smith et al.'s schedule.",
+         group='adaptive'),
+    Flag('adaptive_learning_rate', 'enum',
+         adaptive_defaults.LEARNING_RATE_RULE,
         'How the rate follows the batch under --adaptive_batch, as a factor '
         'on the schedule: sqrt (of the batch over the starting one), '
         "unchanged (Smith et al.), adascale (AdaScale's gain), linear. "
         'auto: sqrt for sgd, unchanged for lars, lars_mixed, lamb and '
         'lamb_mixed.',
-         values=ADAPTIVE_RATE_RULES),
+         group='adaptive', values=tuple(adaptive_rules.RULES)),
     Flag('augment', 'enum', 'auto',
         'auto: light (shift/zoom, no flip) for digit data sets, crop_flip '
         'for photos.',
-         values=('auto', 'none', 'light', 'crop_flip')),
+         group='data', values=('auto', 'none', 'light', 'crop_flip')),
     Flag('model_dir', 'string', None,
         'Outputs and checkpoints.',
-         free=True, recorded=False),
+         group='runtime', free=True, recorded=False),
     Flag('mode', 'enum', 'train',
         'eval: evaluate the latest checkpoint in --model_dir on the '
         "validation set and write eval.json; flags not given are the run's.",
-         values=('train', 'eval'), free=True),
+         group='runtime', values=('train', 'eval'), free=True),
     Flag('keep_checkpoints', 'integer', 2,
         'Epoch checkpoints kept in model_dir/checkpoints, the final model '
         '(epoch_NNN.keras, also model_dir/final.keras) counting as the '
         'newest; 0 keeps none, and final.keras is still written.',
-         minimum=0, free=True),
+         group='runtime', minimum=0, free=True),
     Flag('init_weights', 'string', None,
         "A .weights.h5 or .keras (e.g. another run's final.keras) of the "
         'same architecture; the classifier is skipped when the number of '
-        'classes differs (fine-tuning).'),
+        'classes differs (fine-tuning).',
+         group='network'),
     Flag('fusion_threshold_bytes', 'integer', FUSION_THRESHOLD_BYTES,
         'multi_worker: capacity of a gradient fusion bucket (0: one all- '
         'reduce per tensor).',
-         minimum=0, free=True),
+         group='placement', minimum=0, free=True),
     Flag('hierarchical_threshold_bytes', 'integer', HIERARCHICAL_THRESHOLD_BYTES,
         'multi_worker: buckets smaller than this go hierarchical when the '
         'job spans several nodes (0: never).',
-         minimum=0, free=True),
+         group='placement', minimum=0, free=True),
     Flag('compression', 'enum', 'none',
         'multi_worker: fp16 sends float32 gradients as float16 (best with '
         'lars_mixed, whose gradients travel loss-scaled); topk sends the '
         '--topk_density largest entries of each bucket with error feedback '
         '(for slow networks; see docs/distributed.md).',
-         values=('none', 'fp16', 'topk')),
+         group='placement', values=('none', 'fp16', 'topk')),
     Flag('topk_density', 'float', 0.01,
         'multi_worker, --compression=topk: fraction of each gradient bucket '
         'a worker sends, in (0, 1]; the rest is kept as a residual '
         '(checkpointed per worker under backup/topk_residuals).',
-         valid=FRACTION),
+         group='placement', valid=FRACTION),
     Flag('workers_per_node', 'integer', 0,
         'multi_worker: consecutive tasks per node (0: tasks sharing a '
         'host).',
-         minimum=0, free=True),
+         group='placement', minimum=0, free=True),
     Flag('collective_timeout_seconds', 'float', 0.0,
         'multi_worker: a collective waiting longer fails the job (0: no '
         'limit).',
-         valid=NONNEGATIVE, free=True),
+         group='placement', valid=NONNEGATIVE, free=True),
     Flag('distribution', 'enum', 'none',
         'multi_worker: keras_largebatch.distribute with TF_CONFIG '
         '(TensorFlow); data_parallel: keras.distribution over local devices '
         '(JAX).',
-         values=DISTRIBUTIONS, free=True),
+         group='placement', values=DISTRIBUTIONS, free=True),
     Flag('seed', 'integer', 0,
         'Seed for splits, init, data order, augmentation and dropout: the '
         'same seed and flags give the same weights (see --deterministic).',
-         minimum=0),
+         group='runtime', minimum=0),
     Flag('deterministic', 'boolean', False,
         'TensorFlow backend: tf.config.experimental.enable_op_determinism() '
         '(slower kernels), needed for bit-identical runs there. JAX and '
         'torch on a CPU are deterministic without it.',
-         free=True),
+         group='runtime', free=True),
     Flag('verbose', 'integer', None,
         'Keras fit verbosity: 0 silent, 1 progress bar, 2 one line per '
         'epoch; default: 1 on a terminal, 2 when stdout is not one.',
-         valid=VERBOSITY, free=True),
+         group='runtime', valid=VERBOSITY, free=True),
     Flag('check_images', 'boolean', True,
         'Decode every image of a directory data set before training, so a '
         'corrupt file fails fast.',
-         free=True),
+         group='data', free=True),
 )
 
 
@@ -352,7 +393,8 @@ def _requires(name, reads, holds, expected, **kwargs):
 
 
 def _image_size_fits_the_model(values):
-    size = recipe.image_size_for(values["model"], values["dataset"],
+    size = recipe.image_size_for(values["model"],
+                                 registry.native_size(values["dataset"]),
                                  values["image_size"])
     minimum = recipe.MIN_IMAGE_SIZE[values["model"]]
     require(size >= minimum, "image_size", size,
@@ -379,22 +421,27 @@ def _micro_batch(values):
 def _adaptive_batch_fits(values):
     """`--adaptive_batch`'s flags together: accumulation to grow, a largest
     batch a multiple of the micro-batch and not below the start, a
-    schedule of the start times powers of 2 (and only with `schedule`), a
-    multiple of B_simple other than 1 only with `noise_scale`."""
-    policy, start = values["adaptive_batch"], values["global_batch_size"]
+    schedule of the start times powers of 2 (and only with a policy that
+    takes one), a multiple of B_simple other than the default only with a
+    policy that reads it (`adaptive_batch.policies` says which)."""
+    name, start = values["adaptive_batch"], values["global_batch_size"]
+    policy = adaptive_policies.POLICIES.get(name)
     largest, steps = values["max_global_batch_size"], _parse_schedule(
         values["batch_schedule"])
     require(steps is not None, "batch_schedule", values["batch_schedule"],
             "EPOCH:BATCH,... with int epochs >= 0 and batches >= 1")
-    if policy != "noise_scale":
+    if not (policy and policy.takes_multiple):
         multiple = values["noise_scale_multiple"]
-        require(multiple == 1.0, "noise_scale_multiple", multiple,
-                "1 without --adaptive_batch=noise_scale")
-    if policy == "none":
+        require(multiple == adaptive_defaults.NOISE_SCALE_MULTIPLE,
+                "noise_scale_multiple", multiple,
+                f"{adaptive_defaults.NOISE_SCALE_MULTIPLE:g} without "
+                f"--adaptive_batch={_policies_where('takes_multiple')}")
+    if policy is None:
         require(not largest, "max_global_batch_size", largest,
                 "0 without --adaptive_batch")
         require(not steps, "batch_schedule", values["batch_schedule"],
-                "empty without --adaptive_batch=schedule")
+                "empty without --adaptive_batch="
+                f"{_policies_where('takes_schedule')}")
         return
     k = values["gradient_accumulation_steps"]
     require(k >= 2, "gradient_accumulation_steps", k,
@@ -402,24 +449,22 @@ def _adaptive_batch_fits(values):
             "more micro-batches per update, and Keras accumulates only from "
             "2)")
     micro = _micro_batch(values)
-    if policy == "noise_scale":
+    if not policy.takes_schedule:
         require(largest > 0, "max_global_batch_size", largest,
-                "given (> 0) with --adaptive_batch=noise_scale")
+                f"given (> 0) with --adaptive_batch={name}")
         require(not steps, "batch_schedule", values["batch_schedule"],
-                "empty with --adaptive_batch=noise_scale")
+                f"empty with --adaptive_batch={name}")
     else:
         require(steps, "batch_schedule", values["batch_schedule"],
-                "EPOCH:BATCH,... with --adaptive_batch=schedule")
-        epochs = [e for e, _ in steps]
-        require(epochs == sorted(set(epochs)) and epochs[-1] < values["epochs"],
+                f"EPOCH:BATCH,... with --adaptive_batch={name}")
+        require(adaptive_policies.epochs_increase(steps)
+                and steps[-1][0] < values["epochs"],
                 "batch_schedule", values["batch_schedule"],
                 f"increasing epochs below `epochs` ({values['epochs']})")
-        for _, batch in steps:
-            ratio = batch // start
-            require(batch % start == 0 and ratio & (ratio - 1) == 0,
-                    "batch_schedule", values["batch_schedule"],
-                    f"batches of --global_batch_size ({start}) times a "
-                    "power of 2")
+        require(adaptive_policies.grows_by_powers_of_2(steps, start),
+                "batch_schedule", values["batch_schedule"],
+                f"batches of --global_batch_size ({start}) times a "
+                "power of 2")
         largest = largest or steps[-1][1]
         require(steps[-1][1] <= largest, "batch_schedule",
                 values["batch_schedule"],
@@ -430,6 +475,13 @@ def _adaptive_batch_fits(values):
             f"a multiple of the micro-batch, --global_batch_size / "
             f"--gradient_accumulation_steps ({micro})")
 
+
+def _policies_where(attribute):
+    """`noise_scale`: the `--adaptive_batch` choices whose policy has
+    `attribute`, joined by `/`."""
+    return "/".join(name for name, policy
+                    in adaptive_policies.POLICIES.items()
+                    if getattr(policy, attribute))
 
 RULES = (
     Rule(("image_size", "model", "dataset"), _image_size_fits_the_model),
@@ -444,6 +496,11 @@ RULES = (
               or v["distribution"] != "multi_worker",
               "0 with --distribution=multi_worker (each worker would set "
               "different statistics)"),
+    _requires("evals_per_epoch", ("precise_bn_batches",),
+              lambda v: v["evals_per_epoch"] == 1
+              or not v["precise_bn_batches"],
+              "1 with --precise_bn_batches (the evaluations within an "
+              "epoch would read the moving averages)"),
     Rule(("init_weights",), _init_weights_is_a_file),
     Rule(("model_dir",), _model_dir_is_given),
     _requires("warmup_epochs", ("epochs",),
@@ -458,16 +515,40 @@ RULES = (
 )
 
 
-def _recorded(self):
-    """{name: value} of the flags `run_config.json` records."""
-    return {name: getattr(self, name) for name in RECORDED}
+def _flat(self):
+    """{name: value} of every flag."""
+    return {flag.name: getattr(getattr(self, flag.group), flag.name)
+            for flag in TABLE}
 
+
+def _recorded(self):
+    """{name: value} of the flags `run_config.json` records (flat, as
+    before the flags had groups, so older runs still resume)."""
+    values = self.flat()
+    return {name: values[name] for name in RECORDED}
+
+
+def _group_config(group, doc):
+    """The frozen dataclass of `group`: one typed field per flag of it, in
+    the table's order."""
+    name = "".join(part.title() for part in group.split("_")) + "Config"
+    made = dataclasses.make_dataclass(
+        name, [(flag.name, flag.type) for flag in TABLE
+               if flag.group == group],
+        frozen=True, namespace={"__doc__": doc})
+    made.__module__ = __name__
+    return made
+
+
+CONFIGS = {group: _group_config(group, doc) for group, doc in GROUPS.items()}
 
 RunConfig = dataclasses.make_dataclass(
-    "RunConfig", [(flag.name, flag.type) for flag in TABLE], frozen=True,
-    namespace={"recorded": _recorded, "__doc__": (
-        "The checked flags of one invocation, one typed field per row of "
-        "`TABLE`; what every part of the command receives.")})
+    "RunConfig", list(CONFIGS.items()), frozen=True,
+    namespace={"flat": _flat, "recorded": _recorded, "__doc__": (
+        "The checked flags of one invocation: one frozen part per group of "
+        "`GROUPS` (`config.data`, `config.training`, ...), each with a "
+        "typed field per flag of the group; what the driver receives and "
+        "hands out in parts.")})
 RunConfig.__module__ = __name__
 
 
@@ -509,7 +590,7 @@ def check(values):
 def check_after_resume(config):
     """The `RULES` checked once `config` (a `RunConfig`) has been compared
     with the run it resumes, if any."""
-    values = dataclasses.asdict(config)
+    values = config.flat()
     for rule in RULES:
         if rule.after_resume:
             rule.check(values)
@@ -518,7 +599,10 @@ def check_after_resume(config):
 def config(values):
     """The checked `RunConfig` of `values` ({name: value}, every flag)."""
     check(values)
-    return RunConfig(**{name: values[name] for name in BY_NAME})
+    return RunConfig(**{
+        group: made(**{field.name: values[field.name]
+                       for field in dataclasses.fields(made)})
+        for group, made in CONFIGS.items()})
 
 
 def markdown():

@@ -4,6 +4,8 @@
                             val_accuracy, images_per_sec, wall_seconds, ...
     learning_curves.png     loss and accuracy per epoch (train, validation)
     history.csv             one row per epoch, kept across resumed runs
+    evals.csv               with --evals_per_epoch > 1: the validation
+                            accuracy within each epoch (`WithinEpochEvals`)
     run_config.json         the flags of the first run (checked when resuming)
     epochs_raised.json      each later raise of --epochs (see resume.py)
     checkpoints/epoch_NNN.weights.h5, epoch_NNN.keras (the last epoch)
@@ -151,6 +153,11 @@ class Throughput(keras.callbacks.Callback):
         self._steps += 1
         self._last = time.perf_counter()
 
+    def exclude(self, seconds):
+        """Takes `seconds` spent on other work (an evaluation within the
+        epoch) out of this epoch's time."""
+        self._start += seconds
+
     def on_epoch_end(self, epoch, logs=None):
         seconds = self._last - self._start
         self.epoch_times.append(seconds)
@@ -168,6 +175,108 @@ class Throughput(keras.callbacks.Callback):
     def images_per_sec(self):
         images, seconds = self.timed()
         return images / seconds if seconds > 0 else None
+
+
+class WithinEpochEvals(keras.callbacks.Callback):
+    """Evaluates `per_epoch - 1` times within each epoch, evenly spaced in
+    its training batches, and writes `evals.csv`: one row per evaluation
+    and one at each epoch's end (fit's own validation), with
+
+        epoch        the fraction of epochs done (1.25: a quarter into the
+                     second epoch)
+        updates      optimizer updates taken so far: micro-batches divided
+                     by the micro-batches per update in effect (which
+                     `accumulation()` returns; it changes when the batch
+                     grows)
+        val_loss, val_accuracy
+
+    so that the updates to a target accuracy can be read at a finer grain
+    than an epoch. The training metrics of the epoch are saved before each
+    evaluation and put back after it (Keras shares the metric objects), and
+    the evaluation's time is taken out of `throughput`'s epoch time. A
+    resumed run drops the rows past the epoch it resumes from. With `path`
+    None it evaluates and writes nothing (a JAX process other than the
+    chief: evaluation is collective).
+    """
+
+    COLUMNS = ("epoch", "updates", "val_loss", "val_accuracy")
+
+    def __init__(self, validation, per_epoch, path, accumulation,
+                 throughput=None):
+        super().__init__()
+        self.validation = validation
+        self.per_epoch = per_epoch
+        self.path = path
+        self.accumulation = accumulation
+        self.throughput = throughput
+        self._updates = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._updates is None:
+            self._updates = self._resume(epoch)
+        self._epoch = epoch
+        steps = self.params.get("steps")
+        self._at = {} if not steps else {
+            round(j * steps / self.per_epoch): j / self.per_epoch
+            for j in range(1, self.per_epoch)}
+        self._batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        self._updates += 1.0 / self.accumulation()
+        fraction = self._at.get(self._batches)
+        if fraction is None or fraction >= 1:
+            return
+        start = time.perf_counter()
+        model = self.model
+        if hasattr(model, "jax_state_sync"):
+            model.jax_state_sync()
+        saved = [v.numpy() for v in model.metrics_variables]
+        result = model.evaluate(self.validation, verbose=0, return_dict=True)
+        for v, value in zip(model.metrics_variables, saved):
+            v.assign(value)
+        self._write(self._epoch + fraction, {
+            "val_" + name: value for name, value in result.items()})
+        if self.throughput is not None:
+            self.throughput.exclude(time.perf_counter() - start)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs and "val_accuracy" in logs:
+            self._write(epoch + 1, logs)
+
+    def _write(self, epoch, values):
+        if not self.path:
+            return
+        new = not os.path.exists(self.path)
+        with open(self.path, "a", newline="") as f:
+            writer = csv.writer(f)
+            if new:
+                writer.writerow(self.COLUMNS)
+            writer.writerow([f"{epoch:.6g}", f"{self._updates:.6g}",
+                             float(values["val_loss"]),
+                             float(values["val_accuracy"])])
+
+    def _resume(self, epoch):
+        """The updates at the end of epoch `epoch` (0 for a new run), the
+        rows after it dropped."""
+        if not self.path or not os.path.exists(self.path):
+            return 0.0
+        with open(self.path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if float(r["epoch"]) <= epoch]
+        with atomic_path(self.path) as tmp, open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, self.COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        return float(rows[-1]["updates"]) if rows else 0.0
+
+
+def read_evals(path):
+    """`evals.csv` as [(epoch, updates, val_accuracy), ...]; [] if absent."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [(float(r["epoch"]), float(r["updates"]),
+                 float(r["val_accuracy"])) for r in csv.DictReader(f)]
 
 
 class Backup(keras.callbacks.BackupAndRestore):

@@ -29,9 +29,6 @@ from keras_largebatch._shared import require
 
 DEFAULT_IMAGE_SIZE = {"alexnet_bn": 67, "resnet50": 32, "resnet50_v1_5": 32,
                       "resnet_cifar": 32}
-# resnet_cifar defaults to a data set's own size (and keeps its channels).
-NATIVE_IMAGE_SIZE = {"digits": 8, "mnist": 28, "fashion_mnist": 28,
-                     "cifar10": 32, "cifar100": 32}
 MIN_IMAGE_SIZE = {
     "alexnet_bn": applications.alexnet_bn.MIN_SIZE,
     "resnet50": applications.resnet.MIN_SIZE,
@@ -43,12 +40,14 @@ DEFAULT_BASE_LR = {"sgd": 0.1, "lars": 2.0, "lars_mixed": 2.0,
 SGD_WARMUP_FRACTION = 5 / 90  # Goyal et al.: 5 of 90 epochs.
 
 
-def image_size_for(model_name, dataset, image_size=0):
-    """`--image_size`, or the model's default (resnet_cifar: the data's)."""
+def image_size_for(model_name, native_size=None, image_size=0):
+    """`--image_size`, or the model's default; resnet_cifar's is the data
+    set's own size `native_size` (`data.registry.native_size`) where it has
+    one (and it keeps the data's channels)."""
     if image_size:
         return image_size
-    if model_name == "resnet_cifar":
-        return NATIVE_IMAGE_SIZE.get(dataset, DEFAULT_IMAGE_SIZE[model_name])
+    if model_name == "resnet_cifar" and native_size:
+        return native_size
     return DEFAULT_IMAGE_SIZE[model_name]
 
 

@@ -39,12 +39,18 @@ def begin(run, out_dir):
                             run.schedule.raise_message)
 
 
-def finish(run, out_dir, history, val_metrics, throughput, start):
-    """Saves the final model; on the chief writes summary.json and
-    learning_curves.png; prints the closing line. Returns 0."""
+def finish(config, run, out_dir, history, val_metrics, throughput, start):
+    """Saves the final model of `run`; on the chief writes summary.json and
+    learning_curves.png; prints the closing line. Returns 0.
+
+    The summary names the run, so it reads several parts of `config` (a
+    `flags.RunConfig`): network, data, training, optimization,
+    learning_rate, adaptive, and runtime's `keep_checkpoints`.
+    """
     checkpoints.save_final(
         run.model, os.path.join(out_dir, "checkpoints"), out_dir,
-        run.initial_epoch + len(history.epoch), run.config.keep_checkpoints)
+        run.initial_epoch + len(history.epoch),
+        config.runtime.keep_checkpoints)
     summary_path = os.path.join(out_dir, "summary.json")
     previous = {}
     if run.resuming and os.path.exists(summary_path):
@@ -52,21 +58,22 @@ def finish(run, out_dir, history, val_metrics, throughput, start):
             previous = json.load(f)
     wall_now = time.perf_counter() - start
     logs = read_history(out_dir, history)
-    summary = summarize(run, history, val_metrics, throughput, previous,
-                        wall_now, logs)
-    config = run.config
+    summary = summarize(config, run, history, val_metrics, throughput,
+                        previous, wall_now, logs)
     if "gradient_noise_scale" in summary:
         from keras_largebatch.noise_scale import describe
 
         print(f"{PROG}: " + describe(
             summary["gradient_noise_scale"],
-            summary.get("final_global_batch_size", config.global_batch_size)))
+            summary.get("final_global_batch_size",
+                        config.training.global_batch_size)))
     if run.devices.chief:
         outputs.plot_learning_curves(
             logs,
             os.path.join(out_dir, "learning_curves.png"),
-            f"{config.model} on {config.dataset}, batch "
-            f"{config.global_batch_size}, {config.optimizer}")
+            f"{config.network.model} on {config.data.dataset}, batch "
+            f"{config.training.global_batch_size}, "
+            f"{config.optimization.optimizer}")
         outputs.write_json(summary_path, summary)
     where = summary_path if run.devices.chief else (
         "(not the chief: no summary)")
@@ -94,24 +101,24 @@ def _trajectory(batches):
     return "->".join(str(b) for b in steps)
 
 
-def summarize(run, history, val_metrics, throughput, previous, wall_now,
-              logs=None):
-    """The summary.json of the run (`previous`: the one a resumed run
-    left, whose wall time it adds to and whose rate it keeps when this
-    invocation timed nothing; `logs`: every epoch's logs, resumed ones
-    included, default this invocation's)."""
+def summarize(config, run, history, val_metrics, throughput, previous,
+              wall_now, logs=None):
+    """The summary.json of `run` and its `config` (`previous`: the one a
+    resumed run left, whose wall time it adds to and whose rate it keeps
+    when this invocation timed nothing; `logs`: every epoch's logs,
+    resumed ones included, default this invocation's)."""
     import keras
 
-    config = run.config
+    training, optimizer = config.training, config.optimization.optimizer
     images_timed, seconds_timed = throughput.timed()
     images_per_sec = throughput.images_per_sec()
     if images_per_sec is None:
         images_per_sec = previous.get("images_per_sec")
     summary = {
-        "model": config.model,
-        "dataset": config.dataset,
-        "global_batch_size": config.global_batch_size,
-        "epochs": config.epochs,
+        "model": config.network.model,
+        "dataset": config.data.dataset,
+        "global_batch_size": training.global_batch_size,
+        "epochs": training.epochs,
         "epochs_run_now": len(history.epoch),
         "val_accuracy": float(val_metrics["accuracy"]),
         "images_per_sec": images_per_sec,
@@ -122,9 +129,10 @@ def summarize(run, history, val_metrics, throughput, previous, wall_now,
         "wall_seconds": previous.get("wall_seconds", 0.0) + wall_now,
         "wall_seconds_now": wall_now,
         "image_size": run.spec.image_size,
-        "optimizer": config.optimizer,
+        "optimizer": optimizer,
         "peak_learning_rate": run.schedule.peak,
-        "lr_rule": recipe.lr_rule(config.optimizer, config.lr_scaling),
+        "lr_rule": recipe.lr_rule(optimizer,
+                                  config.learning_rate.lr_scaling),
         "warmup_epochs": run.schedule.warmup_epochs,
         "precision": run.precision,
         "backend": keras.backend.backend(),
@@ -137,7 +145,7 @@ def summarize(run, history, val_metrics, throughput, previous, wall_now,
     noise = history.history.get("gradient_noise_scale")
     if noise:
         summary["gradient_noise_scale"] = float(noise[-1])
-    if config.adaptive_batch != "none" and history.epoch:
+    if config.adaptive.adaptive_batch != "none" and history.epoch:
         batches = (logs or history.history)["global_batch_size"]
         summary["batch_trajectory"] = [int(b) for b in batches]
         summary["final_global_batch_size"] = int(batches[-1])

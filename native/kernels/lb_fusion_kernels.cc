@@ -18,6 +18,10 @@ typedef Eigen::ThreadPoolDevice CPUDevice;
 typedef Eigen::GpuDevice GPUDevice;
 
 namespace functor {
+static_assert(std::is_same<UnalignedFlat<const float>,
+                           TTypes<float>::UnalignedConstFlat>::value,
+              "lb_fusion_kernels.h must map memory as TTypes does");
+
 // CPU work is sharded over the whole buffer by RunSegments, so each shard
 // converts on the calling thread.
 template <typename In, typename Out>

@@ -1,4 +1,6 @@
 // Device functor shared by the CPU (.cc) and CUDA (.cu.cc) pack/unpack kernels.
+// Eigen only, no TensorFlow headers, so native/tests/ can build it on a GPU
+// machine without TensorFlow.
 
 #ifndef KERAS_LARGEBATCH_NATIVE_KERNELS_LB_FUSION_KERNELS_H_
 #define KERAS_LARGEBATCH_NATIVE_KERNELS_LB_FUSION_KERNELS_H_
@@ -6,7 +8,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "tensorflow/core/framework/tensor_types.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
 namespace tensorflow {
@@ -27,14 +28,19 @@ struct Convert {
                   float scale);
 };
 
+// TTypes<T>::UnalignedFlat of tensorflow/core/framework/tensor_types.h.
+template <typename T>
+using UnalignedFlat = Eigen::TensorMap<
+    Eigen::Tensor<T, 1, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Unaligned>;
+
 // The same Eigen expressions as tf.cast and tf.multiply, hence the same bits;
 // unaligned maps, since slices of the buffer start at any element.
 template <typename Device, typename In, typename Out>
 void ConvertImpl(const Device& d, const In* src, Out* dst, int64_t n,
                  float scale) {
   if (n == 0) return;
-  typename TTypes<In>::UnalignedConstFlat x(src, n);
-  typename TTypes<Out>::UnalignedFlat y(dst, n);
+  UnalignedFlat<const In> x(src, n);
+  UnalignedFlat<Out> y(dst, n);
   using C = ComputeType<In, Out>;
   if (std::is_same<In, Out>::value && scale == 1.0f) {
     d.memcpy(dst, src, n * sizeof(In));

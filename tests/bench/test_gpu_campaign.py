@@ -1,7 +1,8 @@
 """`bench/gpu_campaign.py --smoke`: every part runs, on JAX and torch, and
 lands in the JSON and the Markdown (the GPU numbers need a GPU; this only
 proves the code that measures them runs). A backend that is not installed is
-said and left for later; the grown-batch runs carry the command's flags."""
+said and left for later; part c's workers start together and its plan is
+the scaling study's."""
 
 import argparse
 import importlib.util
@@ -47,7 +48,7 @@ def test_smoke_campaign_fills_every_part(tmp_path):
 
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["smoke"] and record["sessions"][-1]["finished"] == [
-        "a", "b", "c"]
+        "a", "b", "cuda", "compiled", "c"]
     a = record["a"]["results"]
     assert {k.split("|")[0] for k in a} == {"jax", "torch"}
     assert all(r["images_per_s"] > 0 for r in a.values())
@@ -56,16 +57,19 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     b = record["b"]["results"]
     assert set(b) == {"jax", "torch"}
     assert all(r["LARSMixed"] > 0 and r["LSO(SGD)"] > 0 for r in b.values())
+    compiled = record["compiled"]
+    assert not compiled["failed"], compiled["failed"]
+    assert compiled["results"]["torch|cifar8|lars_mixed|compiled"][
+        "images_per_s"] > 0
     c = record["c"]
     assert c["complete"]
-    assert {r["optimizer"] for r in c["runs"]} == {
-        "sgd", "lars_mixed", "lamb_mixed"}
-    assert {r["phase"] for r in c["runs"]} == {"short", "long"}
-    assert all(r["backend"] == "jax" for r in c["runs"])
+    assert {r["kind"] for r in c["runs"]} == {"fixed", "grown"}
+    assert all(r["backend"] == "jax" and r["evals"] for r in c["runs"])
 
     table = out.with_suffix(".md").read_text()
     for heading in ("## a. ResNet-50 training throughput",
-                    "## b. Optimizer step", "## c. Large-batch study"):
+                    "## b. Optimizer step", "## cuda.", "## compiled.",
+                    "## c. Updates to a target against the batch"):
         assert heading in table
     assert "LARSMixed / LSO(SGD) on torch >= 0.97:" in table
 
@@ -95,31 +99,25 @@ def test_backend_not_installed_is_said_and_its_items_wait(tmp_path, capsys):
         campaign.record, str(tmp_path / "study.md"))
 
 
-def test_grown_runs_pass_the_adaptive_flags_and_wait_for_them(monkeypatch):
-    _campaign()
+def test_part_c_fills_its_workers_from_the_scaling_plan(tmp_path):
+    campaign_module = _campaign()
     import gpu_campaign_parts as parts
 
-    settings = parts.C_SETTINGS
-    args = argparse.Namespace(work_dir="runs", data_dir="", smoke=False,
-                              dataset="fashion_mnist")
-    grown_pass = next(p for p in settings["passes"] if p.get("grown"))
-    pass_args = parts.study_args(settings, grown_pass, args)
-    specs = list(parts.grown_specs(settings, pass_args, []))
-    schedule = next(s for s in specs if s["policy"] == "schedule")
-    argv = parts.grown_argv(schedule, pass_args)
-
-    assert {s["policy"] for s in specs} == {"noise_scale", "schedule"}
-    assert [a for a in argv if a.startswith("--gradient_accumulation")] == [
-        "--gradient_accumulation_steps=2"]
-    assert "--global_batch_size=128" in argv
-    assert "--adaptive_batch=schedule" in argv
-    assert "--max_global_batch_size=4096" in argv
-    assert f"{parts.SCHEDULE_FLAG}=1:256,2:512,3:1024,4:2048,5:4096" in argv
-
-    # Without the command's flag, no grown run starts and part c stays
-    # incomplete.
-    monkeypatch.setattr(parts, "grown_flags_exist", lambda: False)
+    args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
     session = dict(command="c", gpu=None, host="h", started="s")
-    plan = parts.StudyPlan(settings, args, {"runs": []}, session, "now")
-    assert "policy" not in plan.next_task([], float("inf"))["spec"]
-    assert not plan.complete()
+    plan = parts.StudyPlan(parts.C_SETTINGS, args, {"runs": []}, session,
+                           "now")
+    busy = []
+    for _ in range(args.study_workers):
+        task = plan.next_task(busy, float("inf"))
+        busy.append(task)
+    keys = [plan.study.run_key(t["spec"]) for t in busy]
+    # Seven different runs at once, the first sweep's first.
+    assert args.study_workers == 7 and len(set(keys)) == 7
+    assert keys[0] == "fixed|sgd|24|1024|0.4|0"
+    # A run whose kind and batch took longer than the time left waits.
+    plan.record["runs"].append(dict(busy[0]["spec"], wall_seconds=100.0,
+                                    val_accuracy=0.9, evals=[],
+                                    num_train=60000))
+    assert plan.study.run_key(plan.next_task([], 50.0)["spec"]).split(
+        "|")[3] != "1024"

@@ -244,5 +244,9 @@ def test_fused_update_is_declared_by_the_rule_class_and_kept_by_subclasses():
 
         assert found == [torch_lars.update_step, torch_lars.update_step,
                          torch_lamb.update_step]
+    elif keras.backend.backend() == "tensorflow":
+        from keras_largebatch.optimizers import tf_lars
+
+        assert found == [tf_lars.update_step, tf_lars.update_step, None]
     else:
         assert found == [None, None, None]

@@ -254,21 +254,13 @@ def test_fused_backend_path_equals_generic_path(momentum, nesterov, weight_decay
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch CPU kernel")
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch path")
 @pytest.mark.parametrize("nesterov", [False, True])
-def test_torch_cpu_fused_sgd_kernel_is_taken_and_leaves_gradients_alone(
-    monkeypatch, nesterov
-):
-    # On a CPU the momentum update runs in `torch._fused_sgd_`, once per
-    # variable; the caller's gradient tensors are applied twice here, so a
-    # kernel that unscaled them in place would make the second step wrong.
+def test_torch_multi_tensor_path_leaves_gradients_alone(nesterov):
+    # The caller's gradient tensors are applied twice here, so an update
+    # that scaled or unscaled them in place would make the second step wrong.
     import torch
 
-    calls = []
-    kernel = torch._fused_sgd_
-    monkeypatch.setattr(
-        torch, "_fused_sgd_", lambda *a, **k: calls.append(1) or kernel(*a, **k)
-    )
     model = build_model()
     variables = model.trainable_variables
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -283,12 +275,38 @@ def test_torch_cpu_fused_sgd_kernel_is_taken_and_leaves_gradients_alone(
                          nesterov=nesterov)
     for _ in range(2):
         optimizer.apply(grads, variables)
-    assert len(calls) == 2 * len(variables)
     for g, g_np in zip(grads, grads_np):
         np.testing.assert_array_equal(g.numpy(), g_np)
     expected = reference_lars(
         initial, [grads_np, grads_np], 0.1, 0.9, 0.02, 1e-2, 0.0, nesterov,
         KERNEL, KERNEL,
+    )
+    assert_close_to_reference(variables, expected)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TF kernel")
+@pytest.mark.parametrize("fused", [True, False])
+def test_tensorflow_kernel_is_chosen_through_fused_paths(monkeypatch, fused):
+    # `LARS.fused_paths["tensorflow"]` puts each float32 variable's momentum
+    # step in `tf_lars`'s kernel; `use_fused_path = False` leaves it out.
+    from keras_largebatch.optimizers import tf_lars
+
+    calls = []
+    kernel = tf_lars.apply_step
+    monkeypatch.setattr(
+        tf_lars, "apply_step", lambda *a: calls.append(1) or kernel(*a)
+    )
+    model = build_model()
+    variables = model.trainable_variables
+    initial = [keras.ops.convert_to_numpy(v) for v in variables]
+    grad_steps = random_grads(variables, 2, np.random.default_rng(14))
+    optimizer = klb.LARS(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2)
+    optimizer.use_fused_path = fused
+    for grads in grad_steps:
+        optimizer.apply(grads, variables)
+    assert len(calls) == (2 * len(variables) if fused else 0)
+    expected = reference_lars(
+        initial, grad_steps, 0.1, 0.9, 0.02, 1e-2, 0.0, False, KERNEL, KERNEL
     )
     assert_close_to_reference(variables, expected)
 

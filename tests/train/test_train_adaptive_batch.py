@@ -143,3 +143,19 @@ def test_two_jax_processes_grow_the_batch_as_one_process(tmp_path):
     lines = [next(ln for ln in log.splitlines() if "val_accuracy=" in ln)
              for _, log in two]
     assert len({ln.split("batch=")[1].split(" wall")[0] for ln in lines}) == 1
+
+
+def test_flag_choices_and_defaults_are_the_registries():
+    from keras_largebatch.adaptive_batch import defaults
+    from keras_largebatch.adaptive_batch import policies
+    from keras_largebatch.adaptive_batch import rules
+    from keras_largebatch.train import flags
+
+    table = {flag.name: flag for flag in flags.TABLE}
+    assert table["adaptive_batch"].values == ("none",) + tuple(
+        policies.POLICIES)
+    assert table["adaptive_learning_rate"].values == tuple(rules.RULES)
+    assert table["adaptive_learning_rate"].default == \
+        defaults.LEARNING_RATE_RULE
+    assert table["noise_scale_multiple"].default == \
+        defaults.NOISE_SCALE_MULTIPLE

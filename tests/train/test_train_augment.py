@@ -6,12 +6,13 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from keras_largebatch.train import augment  # noqa: E402
+from keras_largebatch.train.data import registry  # noqa: E402
 
 
 def test_auto_policy_never_flips_digits():
-    assert augment.policy_for("auto", "digits") == "light"
-    assert augment.policy_for("auto", "directory") == "crop_flip"
-    assert augment.policy_for("none", "directory") == "none"
+    assert registry.augment_policy("auto", "digits") == "light"
+    assert registry.augment_policy("auto", "directory") == "crop_flip"
+    assert registry.augment_policy("none", "directory") == "none"
     assert augment.build("none", 8) is None
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch.train import main as train_main
+from keras_largebatch.train import placement
 
 BACKEND = keras.backend.backend()
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
@@ -124,7 +125,7 @@ def test_out_of_range_flag_exits_2_naming_it_and_its_value(
 
 def test_global_batch_not_divisible_by_replicas_exits_2(
         old_run, monkeypatch, capsys):
-    monkeypatch.setattr(train_main, "_distribution",
+    monkeypatch.setattr(placement, "_distribution",
                         lambda flags: (None, 3, True, 0))
     before = _snapshot(old_run)
     assert _run("--global_batch_size=32", f"--model_dir={old_run}") == 2

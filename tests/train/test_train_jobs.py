@@ -9,6 +9,7 @@ import pytest
 
 from keras_largebatch.train import main as train_main
 from keras_largebatch.train import outputs
+from keras_largebatch.train import placement
 
 BACKEND = keras.backend.backend()
 # synthetic: 448 training and 64 validation images.
@@ -37,7 +38,7 @@ REFUSED = {
 def test_refused_before_anything_is_written(case, tmp_path, monkeypatch,
                                             capsys):
     args, replicas, expected = REFUSED[case]
-    monkeypatch.setattr(train_main, "_distribution",
+    monkeypatch.setattr(placement, "_distribution",
                         lambda flags: (None, replicas, True, 0))
     capsys.readouterr()
     assert _run(*TINY, *args, f"--model_dir={tmp_path}/run") == 2

@@ -208,10 +208,10 @@ def test_command_checkpoints_hold_the_precise_statistics(small, tmp_path):
 ])
 def test_command_refuses_bad_precise_bn_batches(args, expected, tmp_path,
                                                 capsys, monkeypatch):
-    from keras_largebatch.train import main as train_main
+    from keras_largebatch.train import placement
 
     # No TF_CONFIG cluster is needed: the flag is refused first.
-    monkeypatch.setattr(train_main, "_multi_worker_strategy",
+    monkeypatch.setattr(placement, "_multi_worker_strategy",
                         lambda flags: None)
     capsys.readouterr()
     assert _run(*TINY, *args, f"--model_dir={tmp_path}/run") == 2

@@ -6,6 +6,7 @@ import pytest
 
 import keras_largebatch
 from keras_largebatch.train import recipe
+from keras_largebatch.train.data import registry
 
 
 def _alexnet_bn_params(size, classes):
@@ -163,9 +164,11 @@ def test_gradient_accumulation_reaches_the_optimizer(name):
 
 
 def test_resnet_cifar_keeps_the_data_size_and_channels():
-    assert recipe.image_size_for("resnet_cifar", "fashion_mnist") == 28
-    assert recipe.image_size_for("resnet_cifar", "synthetic") == 32
-    assert recipe.image_size_for("resnet50", "fashion_mnist") == 32
+    fashion, synthetic = (registry.native_size(name)
+                          for name in ("fashion_mnist", "synthetic"))
+    assert recipe.image_size_for("resnet_cifar", fashion) == 28
+    assert recipe.image_size_for("resnet_cifar", synthetic) == 32
+    assert recipe.image_size_for("resnet50", fashion) == 32
     assert recipe.input_channels("resnet_cifar") is None
     model = recipe.build_model("resnet_cifar", 28, 10, 0.9, channels=1,
                                depth=8, width=4)

@@ -1,34 +1,43 @@
 """The data layer of `keras-largebatch-train`: data sets in, batches out.
 
     spec.py            `DataSpec` (what every loader returns), `DataError`
+    registry.py        the data sets of `--dataset`: one entry each (loader,
+                       own size, augmentation, pipelines, needs)
     formats.py         IDX files, image files, class folders (no TensorFlow)
-    loaders.py         the data sets of `--dataset` (TFRecords: imagenet.py)
+    loaders.py         their loaders (TFRecords: imagenet.py)
     tf_pipeline.py     tf.data batches (every data set; needs TensorFlow)
     grain_pipeline.py  Grain batches (in-memory data, class folders; no
                        TensorFlow)
 
-The command calls two functions: `load_for(config)`, the run's data set,
-checked, and `inputs(config, spec, devices, initial_epoch)`, the factory
-that builds the pipeline `--input_pipeline` resolves to, with the
-augmentation of `--augment` (one stage table, `augment.STAGES`, in
-tf.data and in NumPy), and returns `Inputs`: what `fit` reads and what
-precise BN reads.
+The command calls two functions: `load_for(data, network, seed)`, the
+run's data set, checked, and `inputs(data, training, spec, devices, seed,
+precise_bn_batches, initial_epoch)`, the factory that builds the pipeline
+`--input_pipeline` resolves to, with the augmentation of `--augment` (one
+stage table, `augment.STAGES`, in tf.data and in NumPy), and returns
+`Inputs`: what `fit` reads and what precise BN reads. `data`, `network`
+and `training` are those parts of `flags.RunConfig`.
 """
 
 import dataclasses
 import math
 
+import keras
+
 from keras_largebatch.train import augment
+from keras_largebatch.train import augment_numpy
 from keras_largebatch.train import recipe
-from keras_largebatch.train.data import loaders
+from keras_largebatch.train.data import grain_pipeline
+from keras_largebatch.train.data import registry
+from keras_largebatch.train.data import tf_pipeline
 from keras_largebatch.train.data.spec import require_tensorflow
 
 # The layer's API, from its modules.
 from keras_largebatch.train.data.formats import decode_image  # noqa: F401
 from keras_largebatch.train.data.formats import read_idx  # noqa: F401
 from keras_largebatch.train.data.loaders import (  # noqa: F401
-    FASHION_MNIST_FILES, find_fashion_mnist, from_arrays, load,
+    FASHION_MNIST_FILES, find_fashion_mnist, from_arrays,
     load_fashion_mnist_arrays, load_synthetic)
+from keras_largebatch.train.data.registry import load  # noqa: F401
 from keras_largebatch.train.data.spec import DataError  # noqa: F401
 from keras_largebatch.train.data.spec import DataSpec  # noqa: F401
 from keras_largebatch.train.data.spec import epoch_seed  # noqa: F401
@@ -57,97 +66,97 @@ class Inputs:
     precise_bn_batches: object
 
 
-def load_for(config):
-    """The `DataSpec` of the run's `--dataset` at its input size (see
-    `recipe.image_size_for`); raises `DataError`."""
-    size = recipe.image_size_for(config.model, config.dataset,
-                                 config.image_size)
-    return loaders.load(
-        config.dataset, size, config.data_dir, config.num_classes,
-        config.seed, config.check_images, recipe.input_channels(config.model),
-        (config.num_train_examples, config.num_validation_examples),
-        config.init_weights)
+def load_for(data, network, seed):
+    """The `DataSpec` of `data.dataset` at the input size of
+    `network.model` (see `recipe.image_size_for`), split by `seed`; raises
+    `DataError`."""
+    size = recipe.image_size_for(network.model,
+                                 registry.native_size(data.dataset),
+                                 data.image_size)
+    return registry.load(
+        data.dataset, size, data.data_dir, data.num_classes, seed,
+        data.check_images, recipe.input_channels(network.model),
+        (data.num_train_examples, data.num_validation_examples),
+        network.init_weights)
 
 
-def inputs(config, spec, devices, initial_epoch=0):
+def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
+           initial_epoch=0):
     """The batches of `spec` for the run: `Inputs`.
 
-    `devices` gives the replicas (several drop the remainder, so every
-    batch is full) and this process's slice of each batch (several JAX
-    processes). `precise_bn_batches(epoch)` are `--precise_bn_batches`
-    training batches of `epoch`, augmented and normalized as in training,
-    one batch-norm batch each (the step's batch, a micro-batch under
-    accumulation), a function of the seed and the epoch only (a resumed
-    run recomputes the same statistics).
+    `data` gives the pipeline and augmentation, `training` the batch and
+    the epochs, `devices` the replicas (several drop the remainder, so
+    every batch is full) and this process's slice of each batch (several
+    JAX processes). `Inputs.precise_bn_batches(epoch)` are
+    `precise_bn_batches` training batches of `epoch`, augmented and
+    normalized as in training, one batch-norm batch each (the step's
+    batch, a micro-batch under accumulation), a function of `seed` and the
+    epoch only (a resumed run recomputes the same statistics).
     """
     drop = devices.replicas > 1
-    _check_sizes(config, spec, drop)
-    step_batch = config.global_batch_size // config.gradient_accumulation_steps
-    steps = config.steps_per_epoch or (
+    _check_sizes(training.global_batch_size, spec, drop)
+    step_batch = (training.global_batch_size
+                  // training.gradient_accumulation_steps)
+    steps = training.steps_per_epoch or (
         spec.num_train // step_batch if drop
         else math.ceil(spec.num_train / step_batch))
-    pipeline = resolve_input_pipeline(config.input_pipeline, config.dataset)
-    build = _builder(pipeline, config, spec, devices, step_batch, drop)
+    pipeline = resolve_input_pipeline(data.input_pipeline, data.dataset)
+    build = _builder(pipeline, data, seed, spec, devices, step_batch, drop)
     train, validation = build(
-        config.seed, steps_per_epoch=config.steps_per_epoch or None,
-        epochs=config.epochs,
-        initial_epoch=min(initial_epoch, config.epochs - 1))
+        seed, steps_per_epoch=training.steps_per_epoch or None,
+        epochs=training.epochs,
+        initial_epoch=min(initial_epoch, training.epochs - 1))
 
-    def precise_bn_batches(epoch):
-        return build(config.seed + 1, drop_remainder=True,
-                     steps_per_epoch=config.precise_bn_batches,
-                     epochs=epoch + 1, initial_epoch=epoch)[0]
+    def bn_batches(epoch):
+        return build(seed + 1, drop_remainder=True,
+                     steps_per_epoch=precise_bn_batches, epochs=epoch + 1,
+                     initial_epoch=epoch)[0]
 
     return Inputs(train, validation, steps, step_batch, pipeline,
-                  precise_bn_batches)
+                  bn_batches)
 
 
 def resolve_input_pipeline(input_pipeline, dataset):
     """`--input_pipeline` resolved: `auto` is tf.data on the TensorFlow
-    backend and for TFRecords, Grain elsewhere."""
-    import keras
-
+    backend and for data sets Grain cannot read (TFRecords), Grain
+    elsewhere."""
     if input_pipeline != "auto":
         return input_pipeline
-    if keras.backend.backend() == "tensorflow" or dataset == "tfrecord":
+    if (keras.backend.backend() == "tensorflow"
+            or "grain" not in registry.get(dataset).pipelines):
         return "tf_data"
     return "grain"
 
 
-def _builder(pipeline, config, spec, devices, step_batch, drop):
-    """`build(seed, **overrides) -> (train, validation)` of `pipeline`."""
-    policy = augment.policy_for(config.augment, config.dataset)
+def _builder(pipeline, data, seed, spec, devices, step_batch, drop):
+    """`build(seed, **overrides) -> (train, validation)` of `pipeline`
+    (augmented with `seed`)."""
+    policy = registry.augment_policy(data.augment, data.dataset)
     kwargs = dict(drop_remainder=drop)
     if pipeline == "grain":
-        from keras_largebatch.train import augment_numpy
-        from keras_largebatch.train.data import grain_pipeline
-
-        augmenter = augment_numpy.build(policy, config.seed)
+        augmenter = augment_numpy.build(policy, seed)
         batches = grain_pipeline.batch
         kwargs.update(process_index=devices.process_index,
                       process_count=devices.process_count)
     else:
-        from keras_largebatch.train.data import tf_pipeline
-
         require_tensorflow("`input_pipeline=tf_data`")
-        augmenter = augment.build(policy, spec.image_size, config.seed)
+        augmenter = augment.build(policy, spec.image_size, seed)
         batches = tf_pipeline.batch
 
-    def build(seed, **overrides):
-        return batches(spec, step_batch, augmenter, seed,
+    def build(order_seed, **overrides):
+        return batches(spec, step_batch, augmenter, order_seed,
                        **dict(kwargs, **overrides))
 
     return build
 
 
-def _check_sizes(config, spec, drop_remainder):
-    """Refuses a batch the data cannot fill.
+def _check_sizes(batch_size, spec, drop_remainder):
+    """Refuses a global batch (`batch_size`) the data cannot fill.
 
     The learning rate is scaled for `global_batch_size`, so a batch larger
     than the training set would train on smaller batches at a rate scaled
     for the larger one.
     """
-    batch_size = config.global_batch_size
     if batch_size > spec.num_train:
         raise DataError(
             f"`global_batch_size` is larger than the {spec.num_train} "

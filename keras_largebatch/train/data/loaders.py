@@ -1,4 +1,5 @@
-"""The data sets of `--dataset`, each loaded into a checked `DataSpec`.
+"""The loaders of `--dataset`'s data sets, each into a checked `DataSpec`
+(`registry.py` lists the data sets and calls them).
 
 Embedded digits, Fashion-MNIST (IDX files), keras.datasets, class folders
 and synthetic images need no TensorFlow; TFRecords do (see `imagenet.py`).
@@ -7,10 +8,12 @@ anything: a missing folder, no images, a file that does not decode, a
 TFRecord without ImageNet's features.
 """
 
+import functools
 import os
 
 import numpy as np
 
+from keras_largebatch.train.data import tf_pipeline
 from keras_largebatch.train.data.formats import class_folders
 from keras_largebatch.train.data.formats import existing_dir
 from keras_largebatch.train.data.formats import read_idx
@@ -19,7 +22,6 @@ from keras_largebatch.train.data.spec import DataSpec
 from keras_largebatch.train.data.spec import epoch_seed
 from keras_largebatch.train.data.spec import require_tensorflow
 
-KERAS_DATASETS = ("mnist", "cifar10", "cifar100")
 # Where Fashion-MNIST's four IDX files are looked for, in order: Debian's
 # `dataset-fashion-mnist` package, then Keras' download cache.
 FASHION_MNIST_DIRS = (
@@ -30,36 +32,6 @@ FASHION_MNIST_FILES = (
     "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
 )
-
-
-def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
-         check_images=True, channels=3, num_examples=(0, 0),
-         init_weights=None):
-    """Builds the `DataSpec` for `--dataset`; raises `DataError`.
-
-    `channels=3` repeats grayscale images to three channels (for models
-    made for RGB); `None` keeps each data set's own channels.
-    `num_examples` (train, validation) and `init_weights` matter for
-    `tfrecord` only (see `imagenet.py`).
-    """
-    if dataset == "digits":
-        return load_digits(image_size, seed, channels)
-    if dataset == "synthetic":
-        return load_synthetic(image_size, num_classes or 10, seed)
-    if dataset == "directory":
-        return load_directory(data_dir, image_size, seed, check_images)
-    if dataset == "tfrecord":
-        return load_tfrecord(data_dir, image_size, num_classes or 1000,
-                             seed, num_examples, init_weights)
-    if dataset == "fashion_mnist":
-        return load_fashion_mnist(image_size, data_dir, channels)
-    if dataset in KERAS_DATASETS:
-        return load_keras_dataset(dataset, image_size, channels)
-    raise DataError(
-        f"`dataset` must be one of digits, directory, tfrecord, synthetic, "
-        f"fashion_mnist, {', '.join(KERAS_DATASETS)}. "
-        f"Received: dataset={dataset!r}"
-    )
 
 
 def load_digits(image_size, seed=0, channels=3):
@@ -186,10 +158,13 @@ def from_arrays(name, x_train, y_train, x_val, y_val, num_classes,
     """The `DataSpec` of in-memory arrays (images in [0, 1], integer
     labels); `channels` None keeps the images' own."""
     native = x_train.shape[-1]
+    arrays = (x_train, np.asarray(y_train, "int64"), x_val,
+              np.asarray(y_val, "int64"))
     return DataSpec(name, num_classes, len(x_train), len(x_val),
-                    channels or native, image_size,
-                    arrays=(x_train, np.asarray(y_train, "int64"), x_val,
-                            np.asarray(y_val, "int64")))
+                    channels or native, image_size, arrays=arrays,
+                    tf_pipelines=functools.partial(
+                        tf_pipeline.from_arrays, arrays, num_classes,
+                        image_size, channels or native))
 
 
 def load_directory(data_dir, image_size, seed=0, check_images=True):

@@ -32,8 +32,8 @@ class DataSpec:
     image_size: int = 0
     arrays: tuple = None
     files: tuple = None
-    # () -> (train, validation) tf.data pipelines, for data only
-    # TensorFlow reads (TFRecords, and class folders as Keras reads them).
+    # () -> (train, validation) unbatched tf.data pipelines (built by the
+    # loader, so that this module imports no pipeline).
     tf_pipelines: object = None
     # (epoch, data_pass) -> the training examples of that pass, for data
     # whose decoding is random (ImageNet's crops); else `train` is used.
@@ -43,11 +43,7 @@ class DataSpec:
 
     @functools.cached_property
     def _pipelines(self):
-        if self.tf_pipelines is not None:
-            return self.tf_pipelines()
-        from keras_largebatch.train.data import tf_pipeline
-
-        return tf_pipeline.from_arrays(self)
+        return self.tf_pipelines()
 
     @property
     def train(self):

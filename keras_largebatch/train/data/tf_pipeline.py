@@ -89,19 +89,19 @@ def batch_seed(seed, epoch, step):
     return fold(fold(base, tf.cast(epoch, "int64")), tf.cast(step, "int64"))
 
 
-def from_arrays(spec):
-    """The unbatched tf.data pipelines of an in-memory `spec`."""
+def from_arrays(arrays, num_classes, size, channels):
+    """The unbatched tf.data pipelines of in-memory `arrays` (a
+    `DataSpec`'s), at `size` with `channels`."""
     import tensorflow as tf
 
-    x_train, y_train, x_val, y_val = spec.arrays
-    size = spec.image_size
+    x_train, y_train, x_val, y_val = arrays
 
     def make(x, y):
         if x.shape[1:3] != (size, size):
             x = tf.image.resize(x, (size, size), "bilinear")
-        if x.shape[-1] == 1 and spec.channels == 3:
+        if x.shape[-1] == 1 and channels == 3:
             x = tf.repeat(x, 3, axis=-1)
-        labels = tf.one_hot(y, spec.num_classes)
+        labels = tf.one_hot(y, num_classes)
         return tf.data.Dataset.from_tensor_slices((x, labels))
 
     return make(x_train, y_train), make(x_val, y_val)

@@ -1,0 +1,546 @@
+"""Updates to a target accuracy against the batch, the rate tuned at each
+batch over seeds (Shallue et al. 2018, arXiv:1811.03600), and the grown
+batch beside it.
+
+The workload: ResNet-8 of width 4 on Fashion-MNIST, SGD (momentum 0.9),
+warmup + polynomial decay, batch norm over micro-batches of 256 (gradients
+accumulated above that), 24 epochs; validation 4 times an epoch
+(`--evals_per_epoch=4`), so the updates to 0.88 and 0.90 are read at a
+quarter epoch: the first evaluation at or above the target and the one
+before it, linearly interpolated in updates (`updates_to`).
+
+The plan (`plan`), in order of value, each step once the runs it reads are
+done:
+
+1. fixed batches 1,024, 512, 2,048, 256, 4,096 (`BATCHES`), each at 4 peak
+   rates log-spaced by 2 (`sweep_rates`), seed 0;
+2. the grown batch (`GROWN`: `--adaptive_batch=noise_scale` variants from
+   128 at 0.2), seed 0;
+3. a sweep whose best rate (fewest updates to 0.90, then final accuracy)
+   sits at an edge is extended by one rate that way, up to twice;
+4. each batch's best rate with seeds 1 and 2;
+5. the small batch, 128 at its tuned 0.2, seeds 0-2 (quarter-epoch evals);
+6. the grown variants with seed 1, the default (and those `--follow`
+   names) with seeds 2-4;
+7. the 12-epoch budget (`SECOND_EPOCHS`), a workload the defaults were not
+   tuned on: each batch's 24-epoch best rate and the default grown batch,
+   seeds 0-2.
+
+Finished runs are kept in `<out>.json` and skipped on a rerun; the study
+runs `--workers` processes at a time (2 on a 2-core CPU; the GPU campaign's
+part c hands the same plan to its workers). `<out>.md` holds the tables
+(each row a configuration over its seeds: n, final accuracy mean and
+standard deviation, median updates to each target with a seed that never
+gets there counted as infinite), `<out>.png` the curve of updates to 0.90
+against the batch (median, range over seeds) and the median accuracy
+against updates of each batch's best rate and the grown batch.
+
+    KERAS_BACKEND=jax python bench/batch_scaling_study.py --workers 2
+    python bench/batch_scaling_study.py --report_only
+"""
+
+import argparse
+import concurrent.futures
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import large_batch_study as lbs  # noqa: E402
+import seeds  # noqa: E402
+
+OUT = os.path.join(lbs.RESULTS, "batch_scaling_study")
+EPOCHS, SECOND_EPOCHS = 24, 12
+SMALL_BATCH, SMALL_RATE = 128, 0.2
+MICRO_BATCH = 256
+BATCHES = (1024, 512, 2048, 256, 4096)
+MAX_BATCH = 4096
+TARGETS = (0.88, 0.90)
+EVALS_PER_EPOCH = 4
+SEEDS, GROWN_SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)
+# The grown batch's variants: (name, command flags). The first is the
+# command's default (only the small batch, its rate and the largest batch
+# given).
+GROWN = (
+    ("default", {}),
+    ("c2", {"noise_scale_multiple": 2.0}),
+    ("c4", {"noise_scale_multiple": 4.0}),
+    ("c8", {"noise_scale_multiple": 8.0}),
+    ("linear", {"adaptive_learning_rate": "linear"}),
+    # Starts at 4 x the small batch (8 micro-batches), the rate x sqrt(4).
+    ("start4", {"start": 4}),
+)
+WORKLOAD = dict(model="resnet_cifar", depth=8, width=4,
+                dataset="fashion_mnist", weight_decay=5e-4,
+                label_smoothing=0.1, bn_momentum=0.9)
+STEPS_PER_EPOCH = 0  # 0: the whole data set.
+# Grown variants run with every seed of GROWN_SEEDS, as the default is
+# (the others: seeds 0 and 1).
+FOLLOW = ()
+
+
+def configure(**sizes):
+    """Sets this module's sizes (`EPOCHS`, `BATCHES`, `STEPS_PER_EPOCH`, ...)
+    by name: the GPU campaign's smoke run uses tiny ones, in the parent and
+    its workers alike."""
+    for name, value in sizes.items():
+        if name not in SIZES:
+            raise ValueError(f"`{name}` is not one of {SIZES}")
+        globals()[name] = tuple(
+            tuple(v) if name == "GROWN" else v for v in value
+        ) if isinstance(value, list) else value
+
+
+SIZES = ("EPOCHS", "SECOND_EPOCHS", "SMALL_BATCH", "MICRO_BATCH", "BATCHES",
+         "MAX_BATCH", "SEEDS", "GROWN_SEEDS", "STEPS_PER_EPOCH",
+         "EVALS_PER_EPOCH", "GROWN", "FOLLOW")
+
+
+def sweep_rates(batch):
+    """4 rates, 2x apart, around the linearly scaled small-batch rate
+    (capped at 1.6): c/4, c/2, c, 2c."""
+    center = min(SMALL_RATE * batch / SMALL_BATCH, 1.6)
+    return [center * f for f in (0.25, 0.5, 1.0, 2.0)]
+
+
+def run_key(r):
+    key = (f"{r['kind']}|sgd|{r['epochs']}|{r['batch']}|{r['rate']:.6g}|"
+           f"{r['seed']}")
+    return key + (f"|{r['variant']}" if r["kind"] == "grown" else "")
+
+
+def fixed_spec(batch, rate, seed, epochs=None):
+    epochs = epochs or EPOCHS
+    _, warmup = lbs.recipe_default("sgd", batch, epochs)
+    return dict(kind="fixed", phase="fixed", optimizer="sgd", batch=batch,
+                rate=rate, seed=seed, epochs=epochs, warmup_epochs=warmup)
+
+
+def grown_spec(variant, seed, epochs=None):
+    epochs = epochs or EPOCHS
+    _, warmup = lbs.recipe_default("sgd", SMALL_BATCH, epochs)
+    return dict(kind="grown", phase="grown", optimizer="sgd",
+                batch=SMALL_BATCH, rate=SMALL_RATE, seed=seed, epochs=epochs,
+                warmup_epochs=warmup, variant=variant)
+
+
+def _args(work_dir, data_dir):
+    return argparse.Namespace(
+        **WORKLOAD, replica_batch=MICRO_BATCH, steps_per_epoch=STEPS_PER_EPOCH,
+        data_dir=data_dir, work_dir=work_dir)
+
+
+def model_dir_of(spec, work_dir):
+    return os.path.join(work_dir, run_key(spec).replace("|", "_"))
+
+
+def train_argv(spec, work_dir, data_dir=""):
+    """The command's arguments of one run."""
+    argv = [a for a in lbs.train_argv(spec, _args(work_dir, data_dir))
+            if not a.startswith(("--model_dir=",
+                                 "--gradient_accumulation_steps="))]
+    argv += [f"--model_dir={model_dir_of(spec, work_dir)}",
+             f"--evals_per_epoch={EVALS_PER_EPOCH}"]
+    if spec["kind"] == "fixed":
+        k = max(1, spec["batch"] // MICRO_BATCH)
+        return argv + [f"--gradient_accumulation_steps={k}"]
+    # The grown batch starts as 2 micro-batches of half the small batch
+    # (Keras accumulates only from 2), up to MAX_BATCH.
+    flags = dict(dict(GROWN)[spec["variant"]])
+    start = flags.pop("start", 1)
+    if start != 1:
+        argv = [a for a in argv if not a.startswith(
+            ("--global_batch_size=", "--base_learning_rate="))]
+        argv += [f"--global_batch_size={SMALL_BATCH * start}",
+                 f"--base_learning_rate={spec['rate'] * start ** 0.5:g}"]
+    argv += [f"--gradient_accumulation_steps={2 * start}",
+             "--adaptive_batch=noise_scale",
+             f"--max_global_batch_size={MAX_BATCH}"]
+    return argv + [f"--{name}={value}" for name, value in flags.items()]
+
+
+def collect(spec, work_dir, wall_seconds):
+    """The run's record: the study's (`large_batch_study.collect`) and the
+    evaluations within epochs, [(epoch, updates, val_accuracy), ...]."""
+    model_dir = model_dir_of(spec, work_dir)
+    record = lbs.collect(spec, _args(work_dir, ""), wall_seconds, model_dir)
+    with open(os.path.join(model_dir, "evals.csv"), newline="") as f:
+        record["evals"] = [
+            [float(r["epoch"]), float(r["updates"]), float(r["val_accuracy"])]
+            for r in csv.DictReader(f)]
+    return record
+
+
+# ------------------------------------------------------------ aggregation
+
+
+def updates_to(evals, target):
+    """Updates at which the accuracy first reaches `target`, from `evals`
+    [(epoch, updates, accuracy), ...] (`seeds.updates_to`)."""
+    return seeds.updates_to([(u, a) for _, u, a in evals], target)
+
+
+median_updates = seeds.median_updates
+
+
+def config_key(r):
+    """A configuration: everything but the seed."""
+    return (r["kind"], r["epochs"], r["batch"], round(r["rate"], 9),
+            r.get("variant"))
+
+
+def summarize(runs):
+    """{config_key: summary} over seeds (`seeds.aggregate`), with the
+    configuration's fields and each seed's updates."""
+    found = seeds.aggregate(runs, config_key, TARGETS,
+                            lambda r, t: updates_to(r["evals"], t))
+    by_key = {}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        by_key.setdefault(config_key(r), []).append(
+            r.get("updates") or round(r["num_train"] / r["batch"])
+            * r["epochs"])
+    return {key: dict(s, kind=key[0], epochs=key[1], batch=key[2],
+                      rate=key[3], variant=key[4], updates=by_key[key])
+            for key, s in found.items()}
+
+
+def _rank(s):
+    """Fewest median updates to the last target, then highest mean final
+    accuracy (smaller sorts first)."""
+    to = s["median_to"][TARGETS[-1]]
+    return (math.inf if to is None else to, -s["mean"])
+
+
+def best_rate(summaries, batch, epochs=None):
+    """The summary of `batch`'s best rate on seed 0 (`_rank`), None before
+    any run."""
+    epochs = epochs or EPOCHS
+    pool = [s for s in summaries.values() if s["kind"] == "fixed"
+            and s["batch"] == batch and s["epochs"] == epochs
+            and 0 in s["seeds"]]
+    seed0 = [dict(s, median_to={t: s["updates_to"][t][s["seeds"].index(0)]
+                                for t in TARGETS},
+                  mean=s["final"][s["seeds"].index(0)]) for s in pool]
+    return min(seed0, key=_rank) if seed0 else None
+
+
+# ------------------------------------------------------------------- plan
+
+
+def plan(runs, busy=()):
+    """Yields the specs to run next, in order of value (module docstring);
+    a step that reads a sweep waits for it (no run of it in `busy`)."""
+    done = {run_key(r) for r in runs}
+    pending = {run_key(s) for s in busy}
+    summaries = summarize(runs)
+
+    def sweep_done(batch):
+        specs = [fixed_spec(batch, rate, 0) for rate in sweep_rates(batch)]
+        return all(run_key(s) in done for s in specs) and not any(
+            s["kind"] == "fixed" and s["batch"] == batch and s["seed"] == 0
+            for s in busy)
+
+    def new(spec):
+        return run_key(spec) not in done and run_key(spec) not in pending
+
+    for batch in BATCHES:
+        for rate in sweep_rates(batch):
+            spec = fixed_spec(batch, rate, 0)
+            if new(spec):
+                yield spec
+    for variant, _ in GROWN:
+        spec = grown_spec(variant, 0)
+        if new(spec):
+            yield spec
+    for batch in BATCHES:
+        if not sweep_done(batch):
+            continue
+        rates = sorted(s["rate"] for s in summaries.values()
+                       if s["kind"] == "fixed" and s["batch"] == batch
+                       and s["epochs"] == EPOCHS)
+        top = best_rate(summaries, batch)["rate"]
+        base = sweep_rates(batch)
+        edge = None
+        if top == rates[0] and rates[0] > base[0] / 4 * 1.0001:
+            edge = rates[0] / 2
+        elif top == rates[-1] and rates[-1] < base[-1] * 4 * 0.9999:
+            edge = rates[-1] * 2
+        if edge is not None:
+            spec = fixed_spec(batch, edge, 0)
+            if new(spec):
+                yield spec
+            continue
+        for seed in SEEDS[1:]:
+            spec = fixed_spec(batch, top, seed)
+            if new(spec):
+                yield spec
+    for seed in SEEDS:
+        spec = fixed_spec(SMALL_BATCH, SMALL_RATE, seed)
+        if new(spec):
+            yield spec
+    for seed in GROWN_SEEDS[1:]:
+        for variant, _ in GROWN:
+            if seed >= 2 and variant != GROWN[0][0] and variant not in FOLLOW:
+                continue
+            spec = grown_spec(variant, seed)
+            if new(spec):
+                yield spec
+    for seed in SEEDS:
+        spec = grown_spec(GROWN[0][0], seed, SECOND_EPOCHS)
+        if new(spec):
+            yield spec
+        for batch in BATCHES:
+            top = best_rate(summaries, batch)
+            if top is not None:
+                spec = fixed_spec(batch, top["rate"], seed, SECOND_EPOCHS)
+                if new(spec):
+                    yield spec
+
+
+# ----------------------------------------------------------------- report
+
+
+def _fmt_to(s, t):
+    m = s["median_to"][t]
+    return (f"{m:,.0f}" if m is not None else "never") + \
+        f" ({s['reached'][t]}/{s['n']})"
+
+
+def _fmt_acc(s):
+    sd = "" if s["sd"] is None else f" ± {s['sd']:.4f}"
+    return f"{s['mean']:.4f}{sd}"
+
+
+def markdown(record):
+    summaries = summarize(record["runs"])
+    lines = [
+        "# Updates to a target against the batch (Fashion-MNIST, ResNet-8 "
+        "w4, SGD)", "",
+        "Runs: " + "; ".join(f"{n} on {m}" for m, n in _machines(record))
+        + f". Backend: {record.get('backend', '?')}. Updated "
+        f"{record.get('updated', '?')}. Command: "
+        f"`{record.get('command', '?')}`.", "",
+        "Each row: one configuration over its seeds (n). Final accuracy: mean"
+        " ± sample standard deviation (none for n = 1: one seed decides "
+        "nothing). Updates to a target: the median over seeds, a seed that "
+        "never reaches it counted as infinite, with the seeds that did; read "
+        "from 4 evaluations an epoch, linearly interpolated.", ""]
+    for epochs in sorted({s["epochs"] for s in summaries.values()},
+                         reverse=True):
+        lines += [f"## {epochs} epochs", "",
+                  "| run | batch | rate | n | final val acc | updates | "
+                  + " | ".join(f"updates to {t}" for t in TARGETS) + " |",
+                  "|---|---|---|---|---|---|" + "---|" * len(TARGETS)]
+        rows = sorted((s for s in summaries.values() if s["epochs"] == epochs),
+                      key=lambda s: (s["kind"], s["batch"], s["rate"],
+                                     s["variant"] or ""))
+        for s in rows:
+            name = "fixed" if s["kind"] == "fixed" else f"grown, {s['variant']}"
+            updates = (f"{min(s['updates']):,}–{max(s['updates']):,}"
+                       if min(s["updates"]) != max(s["updates"])
+                       else f"{s['updates'][0]:,}")
+            lines.append(
+                f"| {name} | {s['batch']:,} | {s['rate']:g} | {s['n']} | "
+                f"{_fmt_acc(s)} | {updates} | "
+                + " | ".join(_fmt_to(s, t) for t in TARGETS) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _machines(record):
+    """[(machine, runs), ...]: where the runs ran (a run's own `machine`,
+    else the record's)."""
+    counts = {}
+    for r in record["runs"]:
+        m = r.get("machine") or record.get("machine", "?")
+        counts[m] = counts.get(m, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def plot(record, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    summaries = summarize(record["runs"])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    points, never = [], []
+    for batch in sorted({SMALL_BATCH, *BATCHES}):
+        pool = [s for s in summaries.values() if s["kind"] == "fixed"
+                and s["batch"] == batch and s["epochs"] == EPOCHS]
+        if not pool:
+            continue
+        s = min(pool, key=lambda s: (-s["n"], _rank(s)))
+        values = [v for v in s["updates_to"][TARGETS[-1]] if v is not None]
+        if s["median_to"][TARGETS[-1]] is None or not values:
+            never.append(batch)
+            continue
+        points.append((batch, s["median_to"][TARGETS[-1]], min(values),
+                       max(values), s))
+    if points:
+        b, m, lo, hi, _ = zip(*points)
+        ax.errorbar(b, m, yerr=[[x - y for x, y in zip(m, lo)],
+                                [y - x for x, y in zip(m, hi)]],
+                    marker="o", capsize=3, label="fixed, best rate")
+        ax.plot(b, [m[0] * b[0] / x for x in b], "k--", lw=0.8,
+                label="perfect scaling")
+    if never:
+        top = max((p[3] for p in points), default=1000) * 1.5
+        ax.plot(never, [top] * len(never), "r^", ms=9,
+                label=f"median never reaches {TARGETS[-1]} (at any rate)")
+    for s in summaries.values():
+        if s["kind"] == "grown" and s["epochs"] == EPOCHS and \
+                s["median_to"][TARGETS[-1]] is not None:
+            ax.axhline(s["median_to"][TARGETS[-1]], ls=":", lw=1,
+                       label=f"grown {s['variant']} (n={s['n']})")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch")
+    ax.set_ylabel(f"updates to {TARGETS[-1]} (median; bars: range)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    by_key = {}
+    for r in record["runs"]:
+        by_key.setdefault(config_key(r), []).append(r)
+    for batch, _, _, _, s in points:
+        _median_curve(bx, by_key[config_key(dict(s, rate=s["rate"]))],
+                      f"fixed {batch} @ {s['rate']:g}")
+    for key, group in by_key.items():
+        if key[0] == "grown" and key[1] == EPOCHS:
+            _median_curve(bx, group, f"grown {key[4]} (n={len(group)})",
+                          ls="--")
+    bx.set_xscale("log")
+    bx.set_ylim(0.8, 0.92)
+    bx.set_xlabel("updates")
+    bx.set_ylabel("val accuracy (median over seeds; band: range)")
+    bx.grid(alpha=0.3)
+    bx.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _median_curve(ax, group, label, ls="-"):
+    """Median accuracy against updates over the seeds of one configuration,
+    each seed's curve interpolated onto the first seed's updates."""
+    import numpy as np
+
+    grid = np.array([e[1] for e in group[0]["evals"]])
+    curves = np.array([np.interp(grid, [e[1] for e in r["evals"]],
+                                 [e[2] for e in r["evals"]]) for r in group])
+    line, = ax.plot(grid, np.median(curves, axis=0), ls=ls,
+                    label=f"{label} (n={len(group)})" if "n=" not in label
+                    else label)
+    if len(group) > 1:
+        ax.fill_between(grid, curves.min(0), curves.max(0), alpha=0.15,
+                        color=line.get_color())
+
+
+def write_outputs(record, out):
+    with open(out + ".json", "w") as f:
+        json.dump(record, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(markdown(record) + "\n")
+    if record["runs"]:
+        plot(record, out + ".png")
+
+
+# ------------------------------------------------------------------- main
+
+
+def load(out):
+    if os.path.exists(out + ".json"):
+        with open(out + ".json") as f:
+            return json.load(f)
+    return {"runs": []}
+
+
+def merge(record, runs):
+    """Adds `runs` not yet in `record` (by `run_key`); how many were new."""
+    have = {run_key(r) for r in record["runs"]}
+    new = [r for r in runs if run_key(r) not in have]
+    record["runs"] += new
+    return len(new)
+
+
+def one_run(spec, work_dir, data_dir):
+    wall = lbs.run_command(train_argv(spec, work_dir, data_dir))
+    return collect(spec, work_dir, wall)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=OUT)
+    p.add_argument("--work_dir", default=os.path.join("runs", "scaling"))
+    p.add_argument("--data_dir", default="")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--only", nargs="*", default=[],
+                   help="run only the planned runs whose key contains one "
+                        "of these (e.g. '|c4')")
+    p.add_argument("--follow", nargs="*", default=[],
+                   help="grown variants to run with every seed, as the "
+                        "default is (e.g. c4)")
+    p.add_argument("--max_runs", type=int, default=0,
+                   help="stop starting runs after this many (0: all)")
+    p.add_argument("--merge", nargs="*", default=[],
+                   help="JSON files of other machines' runs to add")
+    p.add_argument("--report_only", action="store_true")
+    args = p.parse_args(argv)
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1. Received: {args.workers}")
+    configure(FOLLOW=args.follow)
+    record = load(args.out)
+    for path in args.merge:
+        with open(path) as f:
+            print(f"{path}: {merge(record, json.load(f)['runs'])} new runs")
+    record.update(updated=datetime.date.today().isoformat())
+    if not args.report_only:
+        record.update(
+            machine=f"{platform.node()}, {os.cpu_count()} cores, no GPU",
+            backend=os.environ.get("KERAS_BACKEND", "jax"),
+            command="python " + " ".join(["bench/batch_scaling_study.py",
+                                          *(argv or sys.argv[1:])]))
+    else:
+        write_outputs(record, args.out)
+        return 0
+    started = 0
+    with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
+        busy = {}
+        while True:
+            while len(busy) < args.workers and (
+                    not args.max_runs or started < args.max_runs):
+                spec = next((s for s in plan(record["runs"],
+                                             list(busy.values()))
+                             if not args.only or any(
+                                 o in run_key(s) for o in args.only)), None)
+                if spec is None:
+                    break
+                busy[pool.submit(one_run, spec, args.work_dir,
+                                 args.data_dir)] = spec
+                started += 1
+                print(f"start {run_key(spec)}", flush=True)
+            if not busy:
+                break
+            finished, _ = concurrent.futures.wait(
+                busy, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                spec = busy.pop(future)
+                run = dict(future.result(), host=platform.node(),
+                           machine=record["machine"],
+                           finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                record["runs"].append(run)
+                print(f"done {run_key(spec)}: val {run['val_accuracy']:.4f}",
+                      flush=True)
+                write_outputs(record, args.out)
+    write_outputs(record, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Growing the batch during `fit`: more micro-batches per update as the
+gradient noise grows.
+
+The update batch is `batch_size * k`: `fit` runs micro-batches of
+`batch_size` examples (all replicas together) and the optimizer accumulates
+k of them per update (Keras' `gradient_accumulation_steps`). `AdaptiveBatch`
+raises k by powers of 2 at epoch starts:
+
+```python
+k = policy.accumulation_steps(inputs)    # e.g. noise_scale: near c * B_simple
+k = min(max(k, k_now), max_batch_size / batch_size)      # never shrinks
+rate = rule.factor(k / k0, B_simple / B0) * compiled_rate
+```
+
+Where each part lives:
+
+- `policies.py`: the policies, one registered `Policy` entry each
+  (`POLICIES`), and the checks of a batch schedule;
+- `rules.py`: the learning-rate rules, one registered `Rule` entry each
+  (`RULES`);
+- `defaults.py`: the defaults of the callback and of the command's flags;
+- `callback.py`: `AdaptiveBatch`, which asks the policy at each epoch's
+  start and applies the change;
+- the batch in effect (k, the rate factor, a pending switch) is
+  `noise_scale.NoiseScaleOptimizer`'s state, saved with the optimizer;
+  `ScaledLearningRate` is in `keras_largebatch.schedules`.
+
+A new policy or rule is one class in `policies.py` or `rules.py`,
+decorated with `register`: the callback's arguments, the command's
+`--adaptive_batch` and `--adaptive_learning_rate` choices and the
+closed-form tests take it from there.
+
+References:
+    - Smith, Kindermans, Ying & Le, 2018, "Don't Decay the Learning Rate,
+      Increase the Batch Size", arXiv:1711.00489.
+    - McCandlish et al., 2018, "An Empirical Model of Large-Batch
+      Training", arXiv:1812.06162.
+    - Johnson, Agrawal, Gu & Guestrin, 2020, "AdaScale SGD: A User-Friendly
+      Algorithm for Distributed Training", arXiv:2007.05105.
+"""
+
+from keras_largebatch.adaptive_batch.callback import AdaptiveBatch
+from keras_largebatch.adaptive_batch.policies import POLICIES
+from keras_largebatch.adaptive_batch.rules import RULES
+from keras_largebatch.schedules import ScaledLearningRate

@@ -1,0 +1,251 @@
+"""`AdaptiveBatch`: the callback that applies the policies' decisions."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_largebatch import noise_scale
+from keras_largebatch._shared import check_int
+from keras_largebatch._shared import check_number
+from keras_largebatch._shared import is_number
+from keras_largebatch._shared import require
+from keras_largebatch.adaptive_batch import defaults
+from keras_largebatch.adaptive_batch import policies
+from keras_largebatch.adaptive_batch import rules
+from keras_largebatch.api_export import keras_largebatch_export
+
+
+@keras_largebatch_export("keras_largebatch.AdaptiveBatch")
+class AdaptiveBatch(keras.callbacks.Callback):
+    """Grows the update batch during `fit` by accumulating more micro-batches.
+
+    `fit(batch_size=batch_size)` runs micro-batches; the compiled optimizer
+    (or the inner one of a loss-scale optimizer: `LARSMixed`, `LAMBMixed`)
+    accumulates `k` of them per update, starting from its
+    `gradient_accumulation_steps = k0 >= 2` (Keras creates its accumulators
+    only then). At the start of each epoch the `policy` (an entry of
+    `policies.POLICIES`) picks k:
+
+    - `"noise_scale"`: the batch nearest (in log scale) to `c * B_simple`
+      among `batch_size * k0 * 2**j`, B_simple read from the
+      `NoiseScaleOptimizer` statistics (`c = 1`: McCandlish et al.'s
+      balanced point, twice the minimum steps and examples);
+    - `"schedule"`: the batch of the last `(epoch, batch)` step of
+      `schedule` at or before this epoch (0-based, as Keras counts), Smith
+      et al.'s schedule;
+
+    never below the current k nor above `max_batch_size`. The new k takes
+    effect at the first micro-batch whose index (`optimizer._iterations`,
+    which Keras counts in micro-batches) is a multiple of it: no
+    accumulated gradient is dropped or mis-averaged. The change keeps the
+    optimizer's state, the loss scale and the data position, and re-makes
+    the train function once (one retrace).
+
+    The learning rate follows examples, not updates: Keras calls a schedule
+    with the micro-batch count, unchanged by k. `learning_rate_rule` (an
+    entry of `rules.RULES`) sets how the rate follows k relative to `k0`,
+    as a factor on the compiled rate or schedule (applied at each change),
+    with `S = k / k0`: `"auto"` (the default: `"sqrt"` for Keras' `SGD`,
+    alone or inside a `LossScaleOptimizer`, `"unchanged"` for every other
+    optimizer, whose steps are normalised by the gradient's size),
+    `"sqrt"` (`sqrt(S)`), `"unchanged"` (Smith et al.), `"adascale"`
+    (AdaScale's gain, from the statistics at the change) or `"linear"`
+    (`S`).
+
+    State: the batch decision is the `NoiseScaleOptimizer`'s (created in
+    `set_model` around `model.optimizer` if it holds none): the k in
+    effect and the rate factor are its variables, saved with the
+    optimizer, so a run restored by `BackupAndRestore` goes on at the
+    batch it had; this callback decides and re-makes the train function.
+    Every replica and process takes the same decision at the same
+    micro-batch: the statistics come from reduced gradients and the
+    counter is global.
+
+    After a change, Keras' `optimizer.iterations` (micro-batches // k)
+    counts updates as if the run had used the current k throughout; the
+    updates taken are `NoiseScaleOptimizer.updates`.
+
+    At each epoch's end the logs get `global_batch_size` (`batch_size * k`
+    in effect), `updates` (taken so far) and the noise-scale entries of
+    `GradientNoiseScale`.
+
+    Args:
+        batch_size: Int >= 1, the examples of one step of `fit` across
+            replicas (one micro-batch).
+        max_batch_size: Int, a multiple of `batch_size`, the largest update
+            batch. Required unless the policy takes a schedule; then it
+            defaults to the schedule's largest batch.
+        policy: A name in `policies.POLICIES`: `"noise_scale"` (the
+            default, `defaults.POLICY`) or `"schedule"`.
+        c: Float > 0, the batch target as a multiple of B_simple. Defaults
+            to `1.0` (`defaults.NOISE_SCALE_MULTIPLE`).
+        schedule: For `"schedule"` only: a list of `(epoch, batch)`, epochs
+            increasing from 0, batches non-decreasing multiples of
+            `batch_size` (each `batch_size * k0` times a power of 2).
+        learning_rate_rule: A name in `rules.RULES`: `"auto"` (the default,
+            `defaults.LEARNING_RATE_RULE`), `"sqrt"`, `"unchanged"`,
+            `"adascale"` or `"linear"`.
+        beta, interval: The `NoiseScaleOptimizer`'s, if this callback
+            creates it (see `GradientNoiseScale`); `None`: the compiled
+            one's, else `0.99` and `1` (every update measured: the
+            decisions read the averages, whose lag grows with the
+            interval).
+
+    References:
+        - Smith et al., 2018, arXiv:1711.00489.
+        - McCandlish et al., 2018, arXiv:1812.06162.
+        - Johnson et al., 2020, arXiv:2007.05105.
+    """
+
+    def __init__(self, batch_size, max_batch_size=None,
+                 policy=defaults.POLICY, c=defaults.NOISE_SCALE_MULTIPLE,
+                 schedule=None, learning_rate_rule=defaults.LEARNING_RATE_RULE,
+                 beta=None, interval=None):
+        super().__init__()
+        check_int("batch_size", batch_size, 1)
+        require(policy in policies.POLICIES, "policy", policy,
+                " or ".join(repr(p) for p in policies.POLICIES))
+        check_number("c", c, lambda x: x > 0, "> 0")
+        require(learning_rate_rule in rules.RULES,
+                "learning_rate_rule", learning_rate_rule,
+                "one of " + ", ".join(repr(r) for r in rules.RULES))
+        if beta is not None:
+            check_number("beta", beta, lambda x: 0 <= x < 1, "in [0, 1)")
+        if interval is not None:
+            check_int("interval", interval, 1)
+        if policies.POLICIES[policy].takes_schedule:
+            schedule = policies.check_schedule(schedule, batch_size)
+        else:
+            require(schedule is None, "schedule", schedule,
+                    f"None unless `policy="
+                    f"{policies.names_where('takes_schedule')}`")
+            require(max_batch_size is not None, "max_batch_size",
+                    max_batch_size, f"an int for `policy={policy!r}`")
+        if max_batch_size is None:
+            max_batch_size = schedule[-1][1]
+        require(is_number(max_batch_size) and isinstance(max_batch_size, int)
+                and max_batch_size >= batch_size
+                and max_batch_size % batch_size == 0,
+                "max_batch_size", max_batch_size,
+                f"a multiple of `batch_size` ({batch_size})")
+        if schedule:
+            last = schedule[-1][1]
+            require(last <= max_batch_size, "schedule", schedule,
+                    f"batches <= `max_batch_size` ({max_batch_size})")
+        self.batch_size = batch_size
+        self.max_batch_size = max_batch_size
+        self.policy = policy
+        self.c = float(c)
+        self.schedule = schedule
+        self.learning_rate_rule = learning_rate_rule
+        self.beta = beta
+        self.interval = interval
+        self.state = None
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.state = noise_scale.install(model, self.beta, self.interval)
+        k0 = self.state.initial_accumulation_steps
+        require(k0 is not None and k0 >= 2, "gradient_accumulation_steps", k0,
+                "an int >= 2 on the compiled optimizer (its inner one for a "
+                "loss-scale optimizer), so that Keras creates the "
+                "accumulators AdaptiveBatch grows")
+        start = self.batch_size * k0
+        require(self.max_batch_size >= start, "max_batch_size",
+                self.max_batch_size, f">= the starting batch, batch_size * "
+                f"gradient_accumulation_steps = {start}")
+        require(policies.grows_by_powers_of_2(self.schedule or (), start),
+                "schedule", self.schedule,
+                f"batches of batch_size * {k0} * 2**j ({start}, "
+                f"{start * 2}, ...)")
+        self.state.start_batch_decisions()
+
+    @property
+    def accumulation_steps(self):
+        """The k in effect: micro-batches per update."""
+        return noise_scale.accumulating_optimizer(
+            self.state).gradient_accumulation_steps
+
+    @property
+    def global_batch_size(self):
+        """The update batch in effect, `batch_size * k`."""
+        return self.batch_size * self.accumulation_steps
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.state.take_back_batch():
+            self.model.make_train_function(force=True)
+        if self.state.ask_accumulation_steps(self._decide(epoch)):
+            self._switch_when_aligned(0)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if (self.state.pending_accumulation_steps is not None
+                and batch >= self._check_at):
+            self._switch_when_aligned(batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        logs["global_batch_size"] = self.global_batch_size
+        logs["updates"] = int(ops.convert_to_numpy(self.state.updates))
+        logs.update(self.state.result(self.batch_size))
+
+    def _b_simple(self):
+        return self.state.result(self.batch_size)["gradient_noise_scale"]
+
+    def _decide(self, epoch):
+        """The k this epoch's start asks for (before never-shrink)."""
+        policy = policies.POLICIES[self.policy]
+        k0 = self.state.initial_accumulation_steps
+        largest = k0 * 2 ** int(math.log2(
+            self.max_batch_size // (self.batch_size * k0)))
+        b_simple = (self._b_simple() if policy.reads_noise_scale
+                    else float("nan"))
+        k = policy.accumulation_steps(policies.Inputs(
+            epoch, self.batch_size, k0, self.c, self.schedule, b_simple))
+        return min(k, largest)
+
+    def _switch_when_aligned(self, batch):
+        """Switches to the pending k if the next micro-batch starts an
+        update of it; else reads the counter again when it will."""
+        # On JAX `self.model` syncs the state, so the counter is current.
+        counter = noise_scale.accumulating_optimizer(
+            self.model.optimizer)._iterations
+        left = self.state.micro_batches_to_switch(
+            int(ops.convert_to_numpy(counter)))
+        if left == 0:
+            k = self.state.pending_accumulation_steps
+            self.state.set_accumulation_steps(k, self._factor(k))
+            self.model.make_train_function(force=True)
+        else:
+            # When to read the counter next, not state: found again from it.
+            self._check_at = batch + left
+
+    def resolved_rule(self):
+        """The name of the rule `learning_rate_rule` applies to the
+        compiled optimizer (`"auto"` resolved)."""
+        return self._rule().name
+
+    def _rule(self):
+        return rules.RULES[self.learning_rate_rule].resolve(
+            noise_scale.accumulating_optimizer(self.state))
+
+    def _factor(self, k):
+        """The rate factor of `learning_rate_rule` at k."""
+        rule = self._rule()
+        k0 = self.state.initial_accumulation_steps
+        ratio = (self._b_simple() / (self.batch_size * k0)
+                 if rule.reads_noise_scale else float("nan"))
+        return rule.factor(k / k0, ratio)
+
+    def get_config(self):
+        return {
+            "batch_size": self.batch_size,
+            "max_batch_size": self.max_batch_size,
+            "policy": self.policy,
+            "c": self.c,
+            "schedule": self.schedule,
+            "learning_rate_rule": self.learning_rate_rule,
+            "beta": self.beta,
+            "interval": self.interval,
+        }

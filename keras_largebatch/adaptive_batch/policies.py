@@ -1,0 +1,149 @@
+"""The policies of `AdaptiveBatch`: which update batch an epoch asks for.
+
+One entry per policy: a `Policy` subclass registered with `register`,
+whose name is the `policy=` argument (and a choice of `--adaptive_batch`),
+whose docstring says the rule, whose attributes say what it needs and
+whose `accumulation_steps` decides. `AdaptiveBatch` and the command's
+flags read `POLICIES` and nothing else.
+
+The checks of a batch schedule (`[(epoch, batch), ...]`) live here too,
+used by both `AdaptiveBatch` and `--batch_schedule`.
+"""
+
+import math
+from typing import NamedTuple
+
+from keras_largebatch._shared import is_number
+from keras_largebatch._shared import require
+
+POLICIES = {}
+"""Name -> the registered `Policy`, in registration order."""
+
+
+class Inputs(NamedTuple):
+    """What a policy decides from at an epoch's start."""
+
+    epoch: int  # 0-based, as Keras counts
+    batch_size: int  # one micro-batch, all replicas
+    initial_steps: int  # k0, the compiled gradient_accumulation_steps
+    c: float  # the batch target as a multiple of B_simple
+    schedule: list  # [(epoch, batch), ...], or None
+    b_simple: float  # NaN unless the policy `reads_noise_scale`
+
+
+class Policy:
+    """A policy of `AdaptiveBatch`.
+
+    Attributes:
+        name: the `policy=` argument that picks it.
+        takes_schedule: it reads `schedule=[(epoch, batch), ...]` (which
+            also gives `max_batch_size` its default); without it,
+            `schedule` must be None and `max_batch_size` given.
+        takes_multiple: it reads `c` (`--noise_scale_multiple`); without
+            it, the command requires the flag's default.
+        reads_noise_scale: it reads B_simple from the statistics.
+    """
+
+    name = None
+    takes_schedule = False
+    takes_multiple = False
+    reads_noise_scale = False
+
+    def accumulation_steps(self, inputs):
+        """The micro-batches per update this epoch asks for, given
+        `inputs` (`Inputs`), before `AdaptiveBatch` caps it at
+        `max_batch_size` and keeps it from shrinking."""
+        raise NotImplementedError(type(self).__name__)
+
+
+def register(cls):
+    """Adds an instance of the `Policy` subclass `cls` to `POLICIES`."""
+    require(isinstance(cls, type) and issubclass(cls, Policy)
+            and isinstance(cls.name, str) and cls.name not in POLICIES,
+            "cls", cls, "a Policy subclass with a new `name`")
+    POLICIES[cls.name] = cls()
+    return cls
+
+
+def names_where(attribute):
+    """`"'a' or 'b'"`: the names of the policies whose `attribute` is
+    true, as messages show them."""
+    return " or ".join(repr(name) for name, policy in POLICIES.items()
+                       if getattr(policy, attribute))
+
+
+@register
+class NoiseScale(Policy):
+    """McCandlish et al.'s balanced point: the batch nearest, in log scale,
+    to `c * B_simple` among `batch_size * k0 * 2**j`; k0 until B_simple is
+    measured (finite and > 0).
+
+    ```python
+    k = k0 * 2 ** max(0, round(log2(c * B_simple / (batch_size * k0))))
+    ```
+    """
+
+    name = "noise_scale"
+    takes_multiple = True
+    reads_noise_scale = True
+
+    def accumulation_steps(self, inputs):
+        k0, b_simple = inputs.initial_steps, inputs.b_simple
+        if not (math.isfinite(b_simple) and b_simple > 0):
+            return k0
+        target = inputs.c * b_simple / (inputs.batch_size * k0)
+        return k0 * 2 ** max(0, round(math.log2(target)))
+
+
+@register
+class Schedule(Policy):
+    """Smith et al.'s schedule: the batch of the last `(epoch, batch)` step
+    at or before this epoch; `batch_size * k0` before the first."""
+
+    name = "schedule"
+    takes_schedule = True
+
+    def accumulation_steps(self, inputs):
+        batch = inputs.batch_size * inputs.initial_steps
+        for start, size in inputs.schedule:
+            if start <= inputs.epoch:
+                batch = size
+        return batch // inputs.batch_size
+
+
+def check_schedule(schedule, batch_size):
+    """`schedule` as a list of `(epoch, batch)` tuples; raises unless it is
+    a non-empty list of pairs of ints, epochs increasing from 0, batches
+    non-decreasing multiples of `batch_size`."""
+    valid = (isinstance(schedule, (list, tuple)) and len(schedule) > 0
+             and all(isinstance(s, (list, tuple)) and len(s) == 2
+                     and _is_int(s[0]) and s[0] >= 0 and _is_int(s[1])
+                     and s[1] >= batch_size and s[1] % batch_size == 0
+                     for s in schedule))
+    valid = valid and epochs_increase(schedule) and all(
+        a[1] <= b[1] for a, b in zip(schedule, schedule[1:]))
+    require(valid, "schedule", schedule,
+            "a non-empty list of (epoch, batch) for "
+            f"`policy={names_where('takes_schedule')}`: epochs increasing "
+            "from 0, batches non-decreasing multiples of `batch_size` "
+            f"({batch_size})")
+    return [tuple(s) for s in schedule]
+
+
+def epochs_increase(schedule):
+    """Whether the epochs of `[(epoch, batch), ...]` strictly increase."""
+    return all(a[0] < b[0] for a, b in zip(schedule, schedule[1:]))
+
+
+def grows_by_powers_of_2(schedule, start):
+    """Whether every batch of `[(epoch, batch), ...]` is `start * 2**j`."""
+    return all(batch % start == 0 and _power_of_2(batch // start)
+               for _, batch in schedule)
+
+
+def _is_int(x):
+    return is_number(x) and isinstance(x, int)
+
+
+def _power_of_2(n):
+    return n >= 1 and n & (n - 1) == 0

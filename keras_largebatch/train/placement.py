@@ -1,0 +1,103 @@
+"""Where a run computes: the builder of `builders.Devices`.
+
+`place(placement)` reads the flags of `RunConfig.placement`, first
+`--distribution`:
+
+    none            one process, Keras' default device
+    multi_worker    keras_largebatch.distribute's MultiWorkerMirroredStrategy
+                    over TF_CONFIG's workers (TensorFlow backend)
+    data_parallel   keras.distribution.DataParallel over the local devices
+                    of one or several JAX processes (JAX backend)
+
+It raises `ValueError` for a backend that cannot run the distribution, or
+a `TF_CONFIG` that is not JSON.
+"""
+
+import json
+import os
+
+import keras
+
+from keras_largebatch import distribute
+from keras_largebatch.train import processes
+from keras_largebatch.train.builders import Devices
+
+
+def place(placement):
+    """The `Devices` of `placement` (`RunConfig.placement`); the
+    multi-worker strategy first, before any other TensorFlow op."""
+    if placement.distribution == "multi_worker":
+        _require_backend("tensorflow", "`distribution=multi_worker` needs "
+                         "the TensorFlow backend (KERAS_BACKEND=tensorflow)")
+        cluster = _tf_config()
+        strategy = _multi_worker_strategy(placement)
+        task = cluster.get("task", {})
+        index = task.get("index", 0)
+        chief = task.get("type", "worker") == "chief" or (
+            "chief" not in cluster.get("cluster", {}) and index == 0)
+        workers = len(cluster.get("cluster", {}).get("worker", [])) or 1
+        return Devices(strategy, strategy.num_replicas_in_sync, chief, index,
+                       workers)
+    strategy, replicas, chief, task = _distribution(placement)
+    if placement.distribution != "data_parallel":
+        return Devices(strategy, replicas, chief, task)
+    import jax  # Here only: data_parallel runs on JAX, which torch lacks.
+
+    return Devices(strategy, replicas, chief, task, 1, jax.process_index(),
+                   jax.process_count())
+
+
+def _distribution(placement):
+    """`none` or `data_parallel`: (None, replicas, is_chief, process
+    index)."""
+    if placement.distribution == "none":
+        return None, 1, True, 0
+    _require_backend("jax", "`distribution=data_parallel` uses "
+                     "keras.distribution, which needs the JAX backend")
+    index, _ = processes.initialize(placement.collective_timeout_seconds)
+    devices = keras.distribution.list_devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(
+        devices=devices, auto_shard_dataset=False))
+    return None, len(devices), index == 0, index
+
+
+def _require_backend(name, what):
+    """Raises `ValueError` (`what`, then the backend) unless the Keras
+    backend is `name`."""
+    backend = keras.backend.backend()
+    if backend != name:
+        raise ValueError(f"{what}. Received: backend={backend}")
+
+
+def _tf_config():
+    """`TF_CONFIG` parsed ({} when unset); `ValueError` unless JSON."""
+    raw = os.environ.get("TF_CONFIG")
+    try:
+        return json.loads(raw) if raw is not None else {}
+    except json.JSONDecodeError:
+        raise ValueError(
+            "The TF_CONFIG environment variable must be JSON (or unset for "
+            f"one worker). Received: TF_CONFIG={raw!r}") from None
+
+
+def _multi_worker_strategy(placement):
+    """The `MultiWorkerMirroredStrategy` of `placement`.
+
+    `place` creates it first, after parsing and checking the flags and
+    before any other TensorFlow op: TensorFlow configures collectives when
+    its runtime starts, and the strategy waits there for every worker in
+    `TF_CONFIG`.
+    """
+    # Here only: TensorFlow is optional, and JAX and torch runs import none.
+    import tensorflow as tf
+
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=placement.collective_timeout_seconds or None)
+    return distribute.MultiWorkerMirroredStrategy(
+        communication_options=options,
+        fusion_threshold_bytes=placement.fusion_threshold_bytes,
+        hierarchical_threshold_bytes=placement.hierarchical_threshold_bytes,
+        compression=placement.compression,
+        workers_per_node=placement.workers_per_node or None,
+        topk_density=placement.topk_density,
+    )
