@@ -248,9 +248,13 @@ def over_seeds(record, args):
     """The table of every configuration over its seeds: this study's runs,
     every fixed run of the large-batch study at this budget, and the
     seeds kept in `SEED_RECORDS` (machine, date in each)."""
-    pool = [r for path in FIXED if os.path.exists(path)
-            for r in json.load(open(path))["runs"]
-            if r["epochs"] == args.epochs and r["optimizer"] in args.optimizers]
+    pool = []
+    for path in FIXED:
+        if os.path.exists(path):
+            with open(path) as f:
+                pool += [r for r in json.load(f)["runs"]
+                         if r["epochs"] == args.epochs
+                         and r["optimizer"] in args.optimizers]
     pool += record["runs"]
     if os.path.exists(SEED_RECORDS):
         with open(SEED_RECORDS) as f:
@@ -259,8 +263,8 @@ def over_seeds(record, args):
                         args.optimizers:
                     pool.append(dict(r, policy=r["policy"]) if r["kind"]
                                 == "grown" else r)
-    found = seeds.aggregate(pool, seed_key, args.targets, _reached)
-    # A kept seed without a target's crossing is left out of that target.
+    found = seeds.aggregate(pool, seed_key, [], _reached)
+    # Per target: a kept seed without that target's crossing is left out.
     for t in args.targets:
         known = [r for r in pool if "updates_to" not in r
                  or f"{t:g}" in r["updates_to"]]
@@ -281,7 +285,7 @@ def over_seeds(record, args):
                 + f", {optimizer}")
         to = [("never" if s["median_to"][t] is None
                else f"{s['median_to'][t]:,.0f}") + f" ({s['reached'][t]}/"
-              f"{s['n_to'].get(t, 0)})" if s["n_to"].get(t) else "—"
+              f"{s['n_to'][t]})" if t in s.get("n_to", {}) else "—"
               for t in args.targets]
         lines.append(f"| {name} | {rate:g} | "
                      f"{', '.join(map(str, s['seeds']))} | "

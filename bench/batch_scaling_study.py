@@ -409,7 +409,7 @@ def plot(record, path):
     for r in record["runs"]:
         by_key.setdefault(config_key(r), []).append(r)
     for batch, _, _, _, s in points:
-        _median_curve(bx, by_key[config_key(dict(s, rate=s["rate"]))],
+        _median_curve(bx, by_key[config_key(s)],
                       f"fixed {batch} @ {s['rate']:g}")
     for key, group in by_key.items():
         if key[0] == "grown" and key[1] == EPOCHS:

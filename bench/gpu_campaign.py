@@ -208,21 +208,21 @@ def main(argv=None):
     a_items = parts.SMOKE_A if args.smoke else parts.A_ITEMS
     compiled = parts.SMOKE_COMPILED if args.smoke else parts.COMPILED_ITEMS
     def chosen(items):
-        return [i for i in items if i["backend"] in args.backends
-                and (not args.a_items or i["part"] != "a"
-                     or i["key"] in args.a_items.split(","))]
+        return [i for i in items if i["backend"] in args.backends]
+
+    picked = args.a_items.split(",") if args.a_items else None
 
     steps = {
         "a": lambda: campaign.run_items(
-            "a", chosen([dict(i, part="a") for i in parts.a_items(a_items)]),
+            "a", [i for i in chosen(parts.a_items(a_items))
+                  if picked is None or i["key"] in picked],
             settings["a"]),
         "b": lambda: campaign.run_items(
-            "b", chosen([dict(i, part="b") for i in parts.b_items()]),
+            "b", chosen(parts.b_items()),
             settings["b"]),
         "cuda": lambda: run_cuda(campaign),
         "compiled": lambda: campaign.run_items(
-            "compiled", chosen([dict(i, part="compiled") for i in
-                                parts.a_items(compiled, compiled=True)]),
+            "compiled", chosen(parts.a_items(compiled, compiled=True)),
             settings["a"], item_seconds=args.compiled_seconds),
         "c": lambda: run_c(campaign, settings["c"]),
     }
