@@ -23,8 +23,15 @@ done:
 6. the grown variants with seed 1, the default (and those `--follow`
    names) with seeds 2-4;
 7. the 12-epoch budget (`SECOND_EPOCHS`), a workload the defaults were not
-   tuned on: each batch's 24-epoch best rate and the default grown batch,
-   seeds 0-2.
+   tuned on: `SECOND_BATCHES` each at its 24-epoch best rate x 1/2, 1, 2
+   (seed 0), the best of them with seeds 1 and 2, and the command's
+   default grown batch with seeds 0-2;
+8. the same for a normalised optimizer (`NORMALISED`, LARSMixed, its rate
+   tuned at 128 `NORMALISED_RATE`): each batch's sweep (4 rates 2x apart
+   around the small rate scaled by the square root of the batch, bracketed
+   alike), its best rate with seed 1 (`NORMALISED_SEEDS`), and the grown
+   batch with the command's defaults (the `auto` rule: the rate unchanged)
+   with seeds 0-2.
 
 Finished runs are kept in `<out>.json` and skipped on a rerun; the study
 runs `--workers` processes at a time (2 on a 2-core CPU; the GPU campaign's
@@ -57,24 +64,49 @@ import seeds  # noqa: E402
 OUT = os.path.join(lbs.RESULTS, "batch_scaling_study")
 EPOCHS, SECOND_EPOCHS = 24, 12
 SMALL_BATCH, SMALL_RATE = 128, 0.2
+OPTIMIZER_NAMES = {"sgd": "SGD", "lars_mixed": "LARSMixed"}
+# The normalised optimizer of step 8 and its rate tuned at 128 (8 epochs,
+# bench/large_batch_study.py: 10 * sqrt(2)); None: no step 8.
+NORMALISED, NORMALISED_RATE = "lars_mixed", 10 * 2 ** 0.5
+NORMALISED_SEEDS, NORMALISED_GROWN_SEEDS = (0, 1), (0, 1, 2)
 MICRO_BATCH = 256
 BATCHES = (1024, 512, 2048, 256, 4096)
 MAX_BATCH = 4096
 TARGETS = (0.88, 0.90)
 EVALS_PER_EPOCH = 4
 SEEDS, GROWN_SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)
-# The grown batch's variants: (name, command flags). The first is the
-# command's default (only the small batch, its rate and the largest batch
-# given).
+# The command's defaults until 2026-11-26 (adaptive_batch.defaults.PREVIOUS),
+# spelled out, up to MAX_BATCH.
+PREVIOUS = {"noise_scale_multiple": 1.0, "adaptive_learning_rate": "sqrt",
+            "adaptive_start_multiple": 1, "max_global_batch_size": MAX_BATCH}
+# The grown batch's variants: (name, command flags beside
+# `--adaptive_batch=noise_scale`, each spelled out so that a change of the
+# command's defaults leaves it as it ran). The first is the command's
+# defaults: only the small batch and its rate given.
 GROWN = (
     ("default", {}),
-    ("c2", {"noise_scale_multiple": 2.0}),
-    ("c4", {"noise_scale_multiple": 4.0}),
-    ("c8", {"noise_scale_multiple": 8.0}),
-    ("linear", {"adaptive_learning_rate": "linear"}),
+    ("previous", PREVIOUS),
+    ("c2", dict(PREVIOUS, noise_scale_multiple=2.0)),
+    ("c4", dict(PREVIOUS, noise_scale_multiple=4.0)),
+    ("c8", dict(PREVIOUS, noise_scale_multiple=8.0)),
+    ("linear", dict(PREVIOUS, adaptive_learning_rate="linear")),
     # Starts at 4 x the small batch (8 micro-batches), the rate x sqrt(4).
-    ("start4", {"start": 4}),
+    ("start4", dict(PREVIOUS, start=4)),
+    # Starts at 512 with the rate 4 x (0.8, 512's tuned rate), follows
+    # 4 x B_simple with the rate linear in the batch, up to 1,024 (1.6):
+    # today's defaults, with the start as a larger first batch.
+    ("start4_c4_linear_1024", dict(PREVIOUS, start=4, noise_scale_multiple=4.0,
+                                   adaptive_learning_rate="linear",
+                                   max_global_batch_size=1024)),
 )
+# How the plot names a variant (else "grown <name>").
+LABELS = {"default": "grown, today's defaults",
+          "start4_c4_linear_1024": "grown from 4x, c 4, linear, up to 8x "
+                                   "(today's defaults)",
+          "previous": "grown, the previous defaults (c 1, sqrt)"}
+# The second workload's fixed batches (the 24-epoch study's two best), each
+# swept around its 24-epoch best rate (x 1/2, 1, 2).
+SECOND_BATCHES = (512, 1024)
 WORKLOAD = dict(model="resnet_cifar", depth=8, width=4,
                 dataset="fashion_mnist", weight_decay=5e-4,
                 label_smoothing=0.1, bn_momentum=0.9)
@@ -98,35 +130,45 @@ def configure(**sizes):
 
 SIZES = ("EPOCHS", "SECOND_EPOCHS", "SMALL_BATCH", "MICRO_BATCH", "BATCHES",
          "MAX_BATCH", "SEEDS", "GROWN_SEEDS", "STEPS_PER_EPOCH",
-         "EVALS_PER_EPOCH", "GROWN", "FOLLOW")
+         "EVALS_PER_EPOCH", "GROWN", "FOLLOW", "NORMALISED",
+         "SECOND_BATCHES")
 
 
-def sweep_rates(batch):
-    """4 rates, 2x apart, around the linearly scaled small-batch rate
-    (capped at 1.6): c/4, c/2, c, 2c."""
-    center = min(SMALL_RATE * batch / SMALL_BATCH, 1.6)
+def small_rate(optimizer):
+    """The rate tuned at `SMALL_BATCH` for `optimizer`."""
+    return SMALL_RATE if optimizer == "sgd" else NORMALISED_RATE
+
+
+def sweep_rates(batch, optimizer="sgd"):
+    """4 rates, 2x apart, c/4, c/2, c, 2c, around c: for SGD the linearly
+    scaled small-batch rate (capped at 1.6), for the normalised optimizer
+    the small-batch rate times sqrt(batch / SMALL_BATCH)."""
+    if optimizer == "sgd":
+        center = min(SMALL_RATE * batch / SMALL_BATCH, 1.6)
+    else:
+        center = small_rate(optimizer) * math.sqrt(batch / SMALL_BATCH)
     return [center * f for f in (0.25, 0.5, 1.0, 2.0)]
 
 
 def run_key(r):
-    key = (f"{r['kind']}|sgd|{r['epochs']}|{r['batch']}|{r['rate']:.6g}|"
-           f"{r['seed']}")
+    key = (f"{r['kind']}|{r['optimizer']}|{r['epochs']}|{r['batch']}|"
+           f"{r['rate']:.6g}|{r['seed']}")
     return key + (f"|{r['variant']}" if r["kind"] == "grown" else "")
 
 
-def fixed_spec(batch, rate, seed, epochs=None):
+def fixed_spec(batch, rate, seed, epochs=None, optimizer="sgd"):
     epochs = epochs or EPOCHS
-    _, warmup = lbs.recipe_default("sgd", batch, epochs)
-    return dict(kind="fixed", phase="fixed", optimizer="sgd", batch=batch,
+    _, warmup = lbs.recipe_default(optimizer, batch, epochs)
+    return dict(kind="fixed", phase="fixed", optimizer=optimizer, batch=batch,
                 rate=rate, seed=seed, epochs=epochs, warmup_epochs=warmup)
 
 
-def grown_spec(variant, seed, epochs=None):
+def grown_spec(variant, seed, epochs=None, optimizer="sgd"):
     epochs = epochs or EPOCHS
-    _, warmup = lbs.recipe_default("sgd", SMALL_BATCH, epochs)
-    return dict(kind="grown", phase="grown", optimizer="sgd",
-                batch=SMALL_BATCH, rate=SMALL_RATE, seed=seed, epochs=epochs,
-                warmup_epochs=warmup, variant=variant)
+    _, warmup = lbs.recipe_default(optimizer, SMALL_BATCH, epochs)
+    return dict(kind="grown", phase="grown", optimizer=optimizer,
+                batch=SMALL_BATCH, rate=small_rate(optimizer), seed=seed,
+                epochs=epochs, warmup_epochs=warmup, variant=variant)
 
 
 def _args(work_dir, data_dir):
@@ -150,17 +192,19 @@ def train_argv(spec, work_dir, data_dir=""):
         k = max(1, spec["batch"] // MICRO_BATCH)
         return argv + [f"--gradient_accumulation_steps={k}"]
     # The grown batch starts as 2 micro-batches of half the small batch
-    # (Keras accumulates only from 2), up to MAX_BATCH.
+    # (Keras accumulates only from 2); `start` makes that batch larger.
     flags = dict(dict(GROWN)[spec["variant"]])
     start = flags.pop("start", 1)
     if start != 1:
         argv = [a for a in argv if not a.startswith(
             ("--global_batch_size=", "--base_learning_rate="))]
+        # The starting rate follows the variant's rule (sqrt: the default).
+        linear = flags.get("adaptive_learning_rate") == "linear"
+        factor = start if linear else start ** 0.5
         argv += [f"--global_batch_size={SMALL_BATCH * start}",
-                 f"--base_learning_rate={spec['rate'] * start ** 0.5:g}"]
+                 f"--base_learning_rate={spec['rate'] * factor:g}"]
     argv += [f"--gradient_accumulation_steps={2 * start}",
-             "--adaptive_batch=noise_scale",
-             f"--max_global_batch_size={MAX_BATCH}"]
+             "--adaptive_batch=noise_scale"]
     return argv + [f"--{name}={value}" for name, value in flags.items()]
 
 
@@ -191,7 +235,7 @@ median_updates = seeds.median_updates
 def config_key(r):
     """A configuration: everything but the seed."""
     return (r["kind"], r["epochs"], r["batch"], round(r["rate"], 9),
-            r.get("variant"))
+            r.get("variant"), r["optimizer"])
 
 
 def summarize(runs):
@@ -205,7 +249,8 @@ def summarize(runs):
             r.get("updates") or round(r["num_train"] / r["batch"])
             * r["epochs"])
     return {key: dict(s, kind=key[0], epochs=key[1], batch=key[2],
-                      rate=key[3], variant=key[4], updates=by_key[key])
+                      rate=key[3], variant=key[4], optimizer=key[5],
+                      updates=by_key[key])
             for key, s in found.items()}
 
 
@@ -216,13 +261,13 @@ def _rank(s):
     return (math.inf if to is None else to, -s["mean"])
 
 
-def best_rate(summaries, batch, epochs=None):
-    """The summary of `batch`'s best rate on seed 0 (`_rank`), None before
-    any run."""
+def best_rate(summaries, batch, epochs=None, optimizer="sgd"):
+    """The summary of `batch`'s best rate for `optimizer` on seed 0
+    (`_rank`), None before any run."""
     epochs = epochs or EPOCHS
     pool = [s for s in summaries.values() if s["kind"] == "fixed"
             and s["batch"] == batch and s["epochs"] == epochs
-            and 0 in s["seeds"]]
+            and s["optimizer"] == optimizer and 0 in s["seeds"]]
     seed0 = [dict(s, median_to={t: s["updates_to"][t][s["seeds"].index(0)]
                                 for t in TARGETS},
                   mean=s["final"][s["seeds"].index(0)]) for s in pool]
@@ -239,67 +284,89 @@ def plan(runs, busy=()):
     pending = {run_key(s) for s in busy}
     summaries = summarize(runs)
 
-    def sweep_done(batch):
-        specs = [fixed_spec(batch, rate, 0) for rate in sweep_rates(batch)]
-        return all(run_key(s) in done for s in specs) and not any(
-            s["kind"] == "fixed" and s["batch"] == batch and s["seed"] == 0
-            for s in busy)
-
     def new(spec):
         return run_key(spec) not in done and run_key(spec) not in pending
 
-    for batch in BATCHES:
-        for rate in sweep_rates(batch):
-            spec = fixed_spec(batch, rate, 0)
-            if new(spec):
-                yield spec
-    for variant, _ in GROWN:
-        spec = grown_spec(variant, 0)
-        if new(spec):
-            yield spec
-    for batch in BATCHES:
-        if not sweep_done(batch):
-            continue
-        rates = sorted(s["rate"] for s in summaries.values()
-                       if s["kind"] == "fixed" and s["batch"] == batch
-                       and s["epochs"] == EPOCHS)
-        top = best_rate(summaries, batch)["rate"]
-        base = sweep_rates(batch)
-        edge = None
-        if top == rates[0] and rates[0] > base[0] / 4 * 1.0001:
-            edge = rates[0] / 2
-        elif top == rates[-1] and rates[-1] < base[-1] * 4 * 0.9999:
-            edge = rates[-1] * 2
-        if edge is not None:
-            spec = fixed_spec(batch, edge, 0)
-            if new(spec):
-                yield spec
-            continue
-        for seed in SEEDS[1:]:
-            spec = fixed_spec(batch, top, seed)
-            if new(spec):
-                yield spec
-    for seed in SEEDS:
-        spec = fixed_spec(SMALL_BATCH, SMALL_RATE, seed)
-        if new(spec):
-            yield spec
-    for seed in GROWN_SEEDS[1:]:
-        for variant, _ in GROWN:
-            if seed >= 2 and variant != GROWN[0][0] and variant not in FOLLOW:
-                continue
-            spec = grown_spec(variant, seed)
-            if new(spec):
-                yield spec
-    for seed in SEEDS:
-        spec = grown_spec(GROWN[0][0], seed, SECOND_EPOCHS)
-        if new(spec):
-            yield spec
+    def sweeps(optimizer):
         for batch in BATCHES:
+            for rate in sweep_rates(batch, optimizer):
+                yield fixed_spec(batch, rate, 0, optimizer=optimizer)
+
+    def tuned(optimizer, seeds):
+        """Each swept batch's bracket extension, else its best rate with
+        `seeds`."""
+        for batch in BATCHES:
+            swept = [fixed_spec(batch, rate, 0, optimizer=optimizer)
+                     for rate in sweep_rates(batch, optimizer)]
+            if not all(run_key(s) in done for s in swept) or any(
+                    s["kind"] == "fixed" and s["batch"] == batch
+                    and s["optimizer"] == optimizer and s["seed"] == 0
+                    for s in busy):
+                continue
+            edge = _bracket_edge(summaries, batch, optimizer)
+            if edge is not None:
+                yield fixed_spec(batch, edge, 0, optimizer=optimizer)
+                continue
+            top = best_rate(summaries, batch, optimizer=optimizer)["rate"]
+            for seed in seeds:
+                yield fixed_spec(batch, top, seed, optimizer=optimizer)
+
+    def second_workload():
+        """Each of SECOND_BATCHES swept around its 24-epoch best rate, its
+        best here with the other seeds; the default grown batch."""
+        for batch in SECOND_BATCHES:
             top = best_rate(summaries, batch)
-            if top is not None:
-                spec = fixed_spec(batch, top["rate"], seed, SECOND_EPOCHS)
-                if new(spec):
-                    yield spec
+            if top is None:
+                continue
+            swept = [fixed_spec(batch, top["rate"] * f, 0, SECOND_EPOCHS)
+                     for f in (0.5, 1.0, 2.0)]
+            yield from swept
+            if all(run_key(s) in done for s in swept) and not any(
+                    run_key(s) in pending for s in swept):
+                best = best_rate(summaries, batch, SECOND_EPOCHS)["rate"]
+                for seed in SEEDS[1:]:
+                    yield fixed_spec(batch, best, seed, SECOND_EPOCHS)
+        for seed in SEEDS:
+            yield grown_spec(GROWN[0][0], seed, SECOND_EPOCHS)
+
+    def steps():
+        yield from sweeps("sgd")
+        for variant, _ in GROWN:
+            yield grown_spec(variant, 0)
+        yield from tuned("sgd", SEEDS[1:])
+        for seed in SEEDS:
+            yield fixed_spec(SMALL_BATCH, SMALL_RATE, seed)
+        for seed in GROWN_SEEDS[1:]:
+            for variant, _ in GROWN:
+                if (seed < 2 or variant == GROWN[0][0]
+                        or variant in FOLLOW):
+                    yield grown_spec(variant, seed)
+        yield from second_workload()
+        if NORMALISED:
+            yield from sweeps(NORMALISED)
+            yield from tuned(NORMALISED, NORMALISED_SEEDS[1:])
+            for seed in NORMALISED_GROWN_SEEDS:
+                yield grown_spec(GROWN[0][0], seed, optimizer=NORMALISED)
+
+    for spec in steps():
+        if new(spec):
+            yield spec
+
+
+def _bracket_edge(summaries, batch, optimizer):
+    """The rate that extends `batch`'s sweep by one step (2x) past the
+    edge its best rate sits at, at most twice each way; None when the best
+    is inside."""
+    rates = sorted(s["rate"] for s in summaries.values()
+                   if s["kind"] == "fixed" and s["batch"] == batch
+                   and s["epochs"] == EPOCHS and s["optimizer"] == optimizer)
+    top = best_rate(summaries, batch, optimizer=optimizer)["rate"]
+    base = sweep_rates(batch, optimizer)
+    if top == rates[0] and rates[0] > base[0] / 4 * 1.0001:
+        return rates[0] / 2
+    if top == rates[-1] and rates[-1] < base[-1] * 4 * 0.9999:
+        return rates[-1] * 2
+    return None
 
 
 # ----------------------------------------------------------------- report
@@ -320,7 +387,7 @@ def markdown(record):
     summaries = summarize(record["runs"])
     lines = [
         "# Updates to a target against the batch (Fashion-MNIST, ResNet-8 "
-        "w4, SGD)", "",
+        "w4)", "",
         "Runs: " + "; ".join(f"{n} on {m}" for m, n in _machines(record))
         + f". Backend: {record.get('backend', '?')}. Updated "
         f"{record.get('updated', '?')}. Command: "
@@ -330,13 +397,17 @@ def markdown(record):
         "nothing). Updates to a target: the median over seeds, a seed that "
         "never reaches it counted as infinite, with the seeds that did; read "
         "from 4 evaluations an epoch, linearly interpolated.", ""]
-    for epochs in sorted({s["epochs"] for s in summaries.values()},
-                         reverse=True):
-        lines += [f"## {epochs} epochs", "",
+    groups = sorted({(s["optimizer"] != "sgd", s["optimizer"], s["epochs"])
+                     for s in summaries.values()},
+                    key=lambda g: (g[0], g[1], -g[2]))
+    for _, optimizer, epochs in groups:
+        lines += [f"## {OPTIMIZER_NAMES.get(optimizer, optimizer)}, "
+                  f"{epochs} epochs", "",
                   "| run | batch | rate | n | final val acc | updates | "
                   + " | ".join(f"updates to {t}" for t in TARGETS) + " |",
                   "|---|---|---|---|---|---|" + "---|" * len(TARGETS)]
-        rows = sorted((s for s in summaries.values() if s["epochs"] == epochs),
+        rows = sorted((s for s in summaries.values() if s["epochs"] == epochs
+                       and s["optimizer"] == optimizer),
                       key=lambda s: (s["kind"], s["batch"], s["rate"],
                                      s["variant"] or ""))
         for s in rows:
@@ -349,7 +420,62 @@ def markdown(record):
                 f"{_fmt_acc(s)} | {updates} | "
                 + " | ".join(_fmt_to(s, t) for t in TARGETS) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _above(record, summaries))
+
+
+def _median_of(group):
+    """(updates, median accuracy) of a configuration's seeds, each seed's
+    curve interpolated onto the first seed's updates."""
+    import numpy as np
+
+    grid = np.array([e[1] for e in group[0]["evals"]])
+    return grid, np.median([np.interp(grid, [e[1] for e in r["evals"]],
+                                      [e[2] for e in r["evals"]])
+                            for r in group], axis=0)
+
+
+def _above(record, summaries):
+    """Lines: for each grown configuration with 3 seeds or more, the share
+    of its evaluations, from its median's first at or above TARGETS[0] to
+    its last, where its median accuracy is at or above each fixed batch's
+    best rate's median (interpolated in updates; beyond a fixed batch's
+    last update, its final accuracy)."""
+    import numpy as np
+
+    by_key = {}
+    for r in record["runs"]:
+        by_key.setdefault(config_key(r), []).append(r)
+    grown = [k for k, g in by_key.items() if k[0] == "grown"
+             and k[1] == EPOCHS and k[5] == "sgd" and len(g) >= 3]
+    fixed = {b: best_rate(summaries, b) for b in BATCHES}
+    fixed = {b: s for b, s in sorted(fixed.items()) if s is not None}
+    if not grown or not fixed:
+        return []
+    lines = [f"## The grown batch's median accuracy against the fixed "
+             f"batches', from {TARGETS[0]} on", "",
+             "Share of the grown configuration's evaluations, from its median's"
+             f" first at or above {TARGETS[0]} to its end, where its median "
+             "accuracy (over seeds, interpolated in updates) is at or above "
+             "that of each fixed batch's best rate (its final accuracy "
+             "beyond its last update).", "",
+             "| grown | n | " + " | ".join(f"fixed {b:,} @ {s['rate']:g} "
+                                          f"(n={s['n']})"
+                                          for b, s in fixed.items()) + " |",
+             "|---|---|" + "---|" * len(fixed)]
+    for key in grown:
+        grid, median = _median_of(by_key[key])
+        start = int(np.argmax(median >= TARGETS[0]))
+        if median[start] < TARGETS[0]:
+            continue
+        grid, median = grid[start:], median[start:]
+        shares = []
+        for s in fixed.values():
+            fx, fm = _median_of(by_key[config_key(s)])
+            other = np.interp(grid, fx, fm)
+            shares.append(f"{np.mean(median >= other):.0%}")
+        lines.append(f"| {key[4]} | {len(by_key[key])} | "
+                     + " | ".join(shares) + " |")
+    return lines + [""]
 
 
 def _machines(record):
@@ -369,61 +495,121 @@ def plot(record, path):
     from matplotlib import pyplot as plt
 
     summaries = summarize(record["runs"])
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
-    points, never = [], []
-    for batch in sorted({SMALL_BATCH, *BATCHES}):
-        pool = [s for s in summaries.values() if s["kind"] == "fixed"
-                and s["batch"] == batch and s["epochs"] == EPOCHS]
-        if not pool:
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 6.5))
+    reference = _reference_runs()
+    best = {}  # optimizer -> [(batch, summary)] of the curve
+    never = []
+    for optimizer in sorted({s["optimizer"] for s in summaries.values()},
+                            key=lambda o: o != "sgd"):
+        points = []
+        for batch in sorted({SMALL_BATCH, *BATCHES}):
+            pool = [s for s in summaries.values() if s["kind"] == "fixed"
+                    and s["batch"] == batch and s["epochs"] == EPOCHS
+                    and s["optimizer"] == optimizer]
+            if not pool:
+                continue
+            s = min(pool, key=lambda s: (-s["n"], _rank(s)))
+            values = [v for v in s["updates_to"][TARGETS[-1]]
+                      if v is not None]
+            if s["median_to"][TARGETS[-1]] is None or not values:
+                never.append(batch)
+                continue
+            points.append((batch, s["median_to"][TARGETS[-1]], min(values),
+                           max(values), s))
+        name = OPTIMIZER_NAMES.get(optimizer, optimizer)
+        if optimizer == "sgd" and reference.get("fixed"):
+            # Fixed 128 over its seeds, an epoch's grain (no run here).
+            values = reference["fixed"]
+            m = seeds.median_updates(values)
+            if m is not None and SMALL_BATCH not in [p[0] for p in points]:
+                done = [v for v in values if v is not None]
+                points.insert(0, (SMALL_BATCH, m, min(done), max(done),
+                                  None))
+        if not points:
             continue
-        s = min(pool, key=lambda s: (-s["n"], _rank(s)))
-        values = [v for v in s["updates_to"][TARGETS[-1]] if v is not None]
-        if s["median_to"][TARGETS[-1]] is None or not values:
-            never.append(batch)
-            continue
-        points.append((batch, s["median_to"][TARGETS[-1]], min(values),
-                       max(values), s))
-    if points:
+        best[optimizer] = [(p[0], p[4]) for p in points if p[4] is not None]
         b, m, lo, hi, _ = zip(*points)
         ax.errorbar(b, m, yerr=[[x - y for x, y in zip(m, lo)],
                                 [y - x for x, y in zip(m, hi)]],
-                    marker="o", capsize=3, label="fixed, best rate")
-        ax.plot(b, [m[0] * b[0] / x for x in b], "k--", lw=0.8,
-                label="perfect scaling")
+                    marker="o", capsize=3, label=f"{name} fixed, best rate")
+        if optimizer == "sgd":
+            ax.plot(b, [m[0] * b[0] / x for x in b], "k--", lw=0.8,
+                    label="perfect scaling")
     if never:
-        top = max((p[3] for p in points), default=1000) * 1.5
-        ax.plot(never, [top] * len(never), "r^", ms=9,
+        top = max((line.get_ydata().max() for line in ax.get_lines()),
+                  default=1000) * 1.5
+        ax.plot(sorted(set(never)), [top] * len(set(never)), "r^", ms=9,
                 label=f"median never reaches {TARGETS[-1]} (at any rate)")
-    for s in summaries.values():
-        if s["kind"] == "grown" and s["epochs"] == EPOCHS and \
-                s["median_to"][TARGETS[-1]] is not None:
-            ax.axhline(s["median_to"][TARGETS[-1]], ls=":", lw=1,
-                       label=f"grown {s['variant']} (n={s['n']})")
+    grown = [(LABELS.get(s["variant"], f"grown {s['variant']}")
+              + ("" if s["optimizer"] == "sgd"
+                 else f", {OPTIMIZER_NAMES.get(s['optimizer'])}"),
+              s["n"], [v for v in s["updates_to"][TARGETS[-1]]])
+             for s in summaries.values()
+             if s["kind"] == "grown" and s["epochs"] == EPOCHS]
+    if reference.get("grown"):
+        grown.append((LABELS["previous"] + ", an epoch's grain",
+                      len(reference["grown"]), reference["grown"]))
+    for i, (label, n, values) in enumerate(grown):
+        m = seeds.median_updates(values)
+        if m is None:
+            continue
+        color = f"C{(i + 2) % 10}"
+        ax.axhline(m, ls=":", lw=1.2, color=color, label=f"{label} (n={n})")
+        done = [v for v in values if v is not None]
+        if n > 1:
+            ax.axhspan(min(done), max(done), alpha=0.08, color=color)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch")
     ax.set_ylabel(f"updates to {TARGETS[-1]} (median; bars: range)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+              ncol=2)
     by_key = {}
     for r in record["runs"]:
         by_key.setdefault(config_key(r), []).append(r)
-    for batch, _, _, _, s in points:
+    for batch, s in best.get("sgd", []):
         _median_curve(bx, by_key[config_key(s)],
                       f"fixed {batch} @ {s['rate']:g}")
     for key, group in by_key.items():
-        if key[0] == "grown" and key[1] == EPOCHS:
-            _median_curve(bx, group, f"grown {key[4]} (n={len(group)})",
-                          ls="--")
+        if key[0] == "grown" and key[1] == EPOCHS and key[5] == "sgd":
+            _median_curve(bx, group, LABELS.get(key[4], f"grown {key[4]}")
+                          + f" (n={len(group)})", ls="--")
     bx.set_xscale("log")
     bx.set_ylim(0.8, 0.92)
     bx.set_xlabel("updates")
     bx.set_ylabel("val accuracy (median over seeds; band: range)")
     bx.grid(alpha=0.3)
-    bx.legend(fontsize=6)
+    bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+              ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _reference_runs():
+    """Updates to the last target of the seeds kept in
+    `adaptive_batch_seeds.json` (one evaluation an epoch; the H200's and
+    two CPU seeds), configurations this study has no runs of:
+    {"fixed": [fixed 128 at SMALL_RATE, per seed], "grown": [the grown
+    batch's defaults, per seed]}; empty without the file."""
+    path = os.path.join(lbs.RESULTS, "adaptive_batch_seeds.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        runs = json.load(f)["runs"]
+    found = {}
+    for r in runs:
+        if (r["epochs"] != EPOCHS or r["batch"] != SMALL_BATCH
+                or r["optimizer"] != "sgd"
+                or abs(r["rate"] - SMALL_RATE) > 1e-9):
+            continue
+        if r["kind"] == "grown" and (r.get("lr_rule"), r.get("c")) != (
+                "sqrt", 1.0):
+            continue
+        found.setdefault(r["kind"], []).append(
+            r["updates_to"].get(f"{TARGETS[-1]:g}"))
+    return found
 
 
 def _median_curve(ax, group, label, ls="-"):
@@ -474,6 +660,26 @@ def one_run(spec, work_dir, data_dir):
     return collect(spec, work_dir, wall)
 
 
+def _this_machine():
+    """'2-core x86_64 CPU VM, no GPU (JAX 0.10.2), 2026-11-26': where this
+    process runs the study (a GPU's runs come from the GPU campaign)."""
+    from importlib import metadata
+
+    backend = os.environ.get("KERAS_BACKEND", "jax")
+    version = "?"
+    for package in {"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(
+            backend, (backend,)):
+        try:
+            version = metadata.version(package)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    name = {"jax": "JAX", "torch": "torch", "tensorflow": "TensorFlow"}
+    return (f"{os.cpu_count()}-core {platform.machine()} CPU VM, no GPU "
+            f"({name.get(backend, backend)} {version}), "
+            f"{datetime.date.today().isoformat()}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=OUT)
@@ -502,7 +708,7 @@ def main(argv=None):
     record.update(updated=datetime.date.today().isoformat())
     if not args.report_only:
         record.update(
-            machine=f"{platform.node()}, {os.cpu_count()} cores, no GPU",
+            machine=_this_machine(),
             backend=os.environ.get("KERAS_BACKEND", "jax"),
             command="python " + " ".join(["bench/batch_scaling_study.py",
                                           *(argv or sys.argv[1:])]))

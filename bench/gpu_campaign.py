@@ -161,7 +161,9 @@ def run_cuda(campaign):
     proc = subprocess.run(cmd, capture_output=True, text=True,
                           timeout=None if left == float("inf") else max(left, 1))
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    store.update(command=" ".join(cmd), returncode=proc.returncode,
+    root = os.path.dirname(HERE)
+    shown = [os.path.relpath(c, root) if os.path.isabs(c) else c for c in cmd]
+    store.update(command=" ".join(shown), returncode=proc.returncode,
                  summary=lines[-1] if lines else "", started=start,
                  finished=runner.now(), passed=proc.returncode == 0,
                  compile_only=args.smoke)

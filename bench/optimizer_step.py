@@ -250,7 +250,8 @@ def main():
     record = {
         "machine": machine,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python"] + sys.argv),
+        "command": " ".join(["python", os.path.relpath(sys.argv[0], os.path.dirname(HERE))]
+                           + sys.argv[1:]),
         "load_average_at_start": load_at_start,
         "steps": args.steps,
         "ms": table,

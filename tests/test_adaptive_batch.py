@@ -55,18 +55,20 @@ def test_every_registered_policy_has_a_closed_form_check():
 
 
 @pytest.mark.parametrize("policy", NOISE_POLICIES)
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_noise_scale_policy_grows_to_b_simple_and_stops_there(name, policy):
+@pytest.mark.parametrize("name, c", [(name, 1.0) for name in sorted(OPTIMIZERS)]
+                         + [("sgd", 4.0)])
+def test_noise_scale_policy_grows_to_b_simple_and_stops_there(name, c,
+                                                              policy):
     x, y, w = regression(d=64, n=8192, sigma=1.0)
     model = linear_model(w)
     model.compile(OPTIMIZERS[name](), "mse")
     callback = klb.AdaptiveBatch(16, max_batch_size=2048, beta=0.98,
-                                 policy=policy)
+                                 policy=policy, c=c, start_multiple=1)
     history = fit(model, x, y, callback, epochs=3, batch=16, shuffle=True)
     batches = history["global_batch_size"]
-    # Starts at 16 * 2, far below B_simple; one epoch measures it.
+    # Starts at 16 * 2, far below c * B_simple; one epoch measures it.
     assert batches[0] == 32
-    assert B_SIMPLE / 2 <= batches[1] <= 2 * B_SIMPLE
+    assert c * B_SIMPLE / 2 <= batches[1] <= 2 * c * B_SIMPLE
     assert batches[2] == batches[1]
     np.testing.assert_allclose(history["gradient_noise_scale"][-1], B_SIMPLE,
                                rtol=0.25)
@@ -175,7 +177,7 @@ RULE_FACTORS = {
     "unchanged": lambda scale, ratio: 1.0,
     "linear": lambda scale, ratio: scale,
     "sqrt": lambda scale, ratio: math.sqrt(scale),
-    "auto": lambda scale, ratio: math.sqrt(scale),  # sqrt for SGD
+    "auto": lambda scale, ratio: scale,  # linear for SGD
     "adascale": _adascale,
 }
 
@@ -286,7 +288,8 @@ def test_logs_carry_the_batch_and_the_noise_scale_each_epoch():
     model = linear_model(w)
     model.compile(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
                   "mse")
-    history = fit(model, x, y, klb.AdaptiveBatch(16, max_batch_size=64),
+    history = fit(model, x, y, klb.AdaptiveBatch(16, max_batch_size=64,
+                                                 start_multiple=1),
                   epochs=2, batch=16, shuffle=False)
     for name in ("global_batch_size", "updates", "gradient_noise_scale"):
         assert len(history[name]) == 2
@@ -298,7 +301,10 @@ def test_logs_carry_the_batch_and_the_noise_scale_each_epoch():
     [
         ({"batch_size": 0, "max_batch_size": 64}, "batch_size=0"),
         ({"batch_size": 16, "max_batch_size": 40}, "max_batch_size=40"),
-        ({"batch_size": 16}, "max_batch_size=None"),
+        ({"batch_size": 16, "start_multiple": 3}, "start_multiple=3"),
+        ({"batch_size": 16, "start_multiple": 0}, "start_multiple=0"),
+        ({"batch_size": 16, "policy": "schedule", "schedule": [(1, 32)],
+          "start_multiple": 2}, "start_multiple=2"),
         ({"batch_size": 16, "max_batch_size": 64, "policy": "linear"},
          "policy='linear'"),
         ({"batch_size": 16, "max_batch_size": 64, "c": 0.0}, "c=0.0"),
@@ -357,15 +363,17 @@ def test_get_config_covers_every_argument():
 
 @pytest.mark.parametrize("make, rule", [
     (lambda: keras.optimizers.SGD(0.01, gradient_accumulation_steps=2),
-     "sqrt"),
+     "linear"),
     (lambda: keras.optimizers.LossScaleOptimizer(
-        keras.optimizers.SGD(0.01, gradient_accumulation_steps=2)), "sqrt"),
+        keras.optimizers.SGD(0.01, gradient_accumulation_steps=2)), "linear"),
+    (lambda: klb.LARS(0.01, gradient_accumulation_steps=2), "unchanged"),
+    (lambda: klb.LAMB(0.01, gradient_accumulation_steps=2), "unchanged"),
     (lambda: klb.LARSMixed(0.01, gradient_accumulation_steps=2), "unchanged"),
     (lambda: klb.LAMBMixed(0.01, gradient_accumulation_steps=2), "unchanged"),
     (lambda: keras.optimizers.Adam(0.01, gradient_accumulation_steps=2),
      "unchanged"),
 ])
-def test_auto_rule_is_sqrt_for_sgd_and_unchanged_for_normalised_steps(
+def test_auto_rule_is_linear_for_sgd_and_unchanged_for_normalised_steps(
         make, rule):
     x, y, w = regression(d=4, n=64, sigma=0.5)
     model = linear_model(w)
@@ -375,13 +383,55 @@ def test_auto_rule_is_sqrt_for_sgd_and_unchanged_for_normalised_steps(
     assert callback.resolved_rule() == rule
     factor = float(keras.ops.convert_to_numpy(
         callback.state.learning_rate_factor))
-    assert factor == (2.0 if rule == "sqrt" else 1.0)
+    assert factor == (4.0 if rule == "linear" else 1.0)
+
+
+FAMILIES = {
+    # Keras' SGD, alone and loss-scaled: the rate linear in the batch.
+    "sgd": (lambda: keras.optimizers.SGD(1e-9, gradient_accumulation_steps=2),
+            "linear"),
+    "lso_sgd": (lambda: keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(1e-9, gradient_accumulation_steps=2)),
+        "linear"),
+    # Normalised steps: the rate unchanged.
+    "lars": (lambda: klb.LARS(1e-9, gradient_accumulation_steps=2),
+             "unchanged"),
+    "lars_mixed": (lambda: klb.LARSMixed(1e-9, gradient_accumulation_steps=2),
+                   "unchanged"),
+    "lamb": (lambda: klb.LAMB(1e-9, gradient_accumulation_steps=2),
+             "unchanged"),
+    "lamb_mixed": (lambda: klb.LAMBMixed(1e-9, gradient_accumulation_steps=2),
+                   "unchanged"),
+    "adam": (lambda: keras.optimizers.Adam(1e-9,
+                                           gradient_accumulation_steps=2),
+             "unchanged"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_defaults_start_at_4x_follow_4_b_simple_up_to_8x(family):
+    make, rule = FAMILIES[family]
+    x, y, w = regression(d=64, n=2048, sigma=1.0)
+    model = linear_model(w)
+    model.compile(make(), "mse")
+    callback = klb.AdaptiveBatch(16)  # only the micro-batch: the defaults
+    history = fit(model, x, y, callback, epochs=2, batch=16, shuffle=True)
+    # Compiled at 16 * 2 = 32: 128 from the first update, then 4 x B_simple
+    # (~516) capped at 8 x 32 = 256; the rate x 4 then x 8 (linear) or x 1.
+    assert history["global_batch_size"] == [128, 256]
+    assert callback.max_batch_size == 256
+    assert callback.resolved_rule() == rule
+    factor = float(keras.ops.convert_to_numpy(
+        callback.state.learning_rate_factor))
+    assert factor == (8.0 if rule == "linear" else 1.0)
+    # 128 micro-batches an epoch: 16 updates of 8, then 8 of 16.
+    assert history["updates"] == [16, 24]
 
 
 def test_exported_and_registered_under_package_name():
     assert (keras.saving.get_registered_name(klb.AdaptiveBatch)
             == "keras_largebatch>AdaptiveBatch")
-    assert math.isclose(klb.AdaptiveBatch(8, 64).c, 1.0)
+    assert math.isclose(klb.AdaptiveBatch(8, 64).c, 4.0)
 
 
 def test_scaled_rate_lives_with_the_schedules_and_round_trips():

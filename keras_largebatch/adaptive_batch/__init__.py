@@ -8,7 +8,8 @@ raises k by powers of 2 at epoch starts:
 
 ```python
 k = policy.accumulation_steps(inputs)    # e.g. noise_scale: near c * B_simple
-k = min(max(k, k_now), max_batch_size / batch_size)      # never shrinks
+k = max(k, k_now, start_multiple * k0)      # never shrinks; no schedule:
+k = min(k, max_batch_size / batch_size)      #   from start_multiple up
 rate = rule.factor(k / k0, B_simple / B0) * compiled_rate
 ```
 

@@ -35,7 +35,10 @@ class AdaptiveBatch(keras.callbacks.Callback):
       `schedule` at or before this epoch (0-based, as Keras counts), Smith
       et al.'s schedule;
 
-    never below the current k nor above `max_batch_size`. The new k takes
+    never below the current k nor above `max_batch_size`, and, for a
+    policy without a schedule, never below `start_multiple * k0`: from the
+    first epoch the batch is at least `start_multiple` times the compiled
+    one, its rate scaled by the rule. The new k takes
     effect at the first micro-batch whose index (`optimizer._iterations`,
     which Keras counts in micro-batches) is a multiple of it: no
     accumulated gradient is dropped or mis-averaged. The change keeps the
@@ -46,7 +49,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
     with the micro-batch count, unchanged by k. `learning_rate_rule` (an
     entry of `rules.RULES`) sets how the rate follows k relative to `k0`,
     as a factor on the compiled rate or schedule (applied at each change),
-    with `S = k / k0`: `"auto"` (the default: `"sqrt"` for Keras' `SGD`,
+    with `S = k / k0`: `"auto"` (the default: `"linear"` for Keras' `SGD`,
     alone or inside a `LossScaleOptimizer`, `"unchanged"` for every other
     optimizer, whose steps are normalised by the gradient's size),
     `"sqrt"` (`sqrt(S)`), `"unchanged"` (Smith et al.), `"adascale"`
@@ -70,22 +73,37 @@ class AdaptiveBatch(keras.callbacks.Callback):
     in effect), `updates` (taken so far) and the noise-scale entries of
     `GradientNoiseScale`.
 
+    The defaults (`defaults.py`) are the best policy the study found over
+    seeds against tuned fixed batches (docs/large-batch-study.md): a user
+    who gives the small batch and its tuned rate starts at 4 x that batch,
+    follows 4 x B_simple, up to 8 x. A run begun with the previous
+    defaults keeps its k and rate factor when restored (they are saved),
+    and decides on with the arguments given: `c=1.0,
+    learning_rate_rule="sqrt", start_multiple=1` (and its
+    `max_batch_size`) are the previous defaults for SGD.
+
     Args:
         batch_size: Int >= 1, the examples of one step of `fit` across
             replicas (one micro-batch).
         max_batch_size: Int, a multiple of `batch_size`, the largest update
-            batch. Required unless the policy takes a schedule; then it
-            defaults to the schedule's largest batch.
+            batch. If the policy takes a schedule, defaults to the
+            schedule's largest batch; else to `defaults.MAX_MULTIPLE` (8)
+            times the compiled batch, `batch_size * k0`.
         policy: A name in `policies.POLICIES`: `"noise_scale"` (the
             default, `defaults.POLICY`) or `"schedule"`.
         c: Float > 0, the batch target as a multiple of B_simple. Defaults
-            to `1.0` (`defaults.NOISE_SCALE_MULTIPLE`).
+            to `4.0` (`defaults.NOISE_SCALE_MULTIPLE`).
         schedule: For `"schedule"` only: a list of `(epoch, batch)`, epochs
             increasing from 0, batches non-decreasing multiples of
             `batch_size` (each `batch_size * k0` times a power of 2).
         learning_rate_rule: A name in `rules.RULES`: `"auto"` (the default,
             `defaults.LEARNING_RATE_RULE`), `"sqrt"`, `"unchanged"`,
             `"adascale"` or `"linear"`.
+        start_multiple: Int, a power of 2 >= 1: the smallest update batch
+            from the first epoch, as a multiple of the compiled one
+            (`batch_size * k0`). Defaults to `defaults.START_MULTIPLE` (4)
+            for a policy without a schedule; must be 1 (its default) for
+            one with a schedule, which gives the batches itself.
         beta, interval: The `NoiseScaleOptimizer`'s, if this callback
             creates it (see `GradientNoiseScale`); `None`: the compiled
             one's, else `0.99` and `1` (every update measured: the
@@ -101,7 +119,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
     def __init__(self, batch_size, max_batch_size=None,
                  policy=defaults.POLICY, c=defaults.NOISE_SCALE_MULTIPLE,
                  schedule=None, learning_rate_rule=defaults.LEARNING_RATE_RULE,
-                 beta=None, interval=None):
+                 beta=None, interval=None, start_multiple=None):
         super().__init__()
         check_int("batch_size", batch_size, 1)
         require(policy in policies.POLICIES, "policy", policy,
@@ -114,19 +132,29 @@ class AdaptiveBatch(keras.callbacks.Callback):
             check_number("beta", beta, lambda x: 0 <= x < 1, "in [0, 1)")
         if interval is not None:
             check_int("interval", interval, 1)
-        if policies.POLICIES[policy].takes_schedule:
+        takes_schedule = policies.POLICIES[policy].takes_schedule
+        if start_multiple is None:
+            start_multiple = 1 if takes_schedule else defaults.START_MULTIPLE
+        require(is_number(start_multiple) and isinstance(start_multiple, int)
+                and start_multiple >= 1
+                and start_multiple & (start_multiple - 1) == 0,
+                "start_multiple", start_multiple, "a power of 2 >= 1")
+        if takes_schedule:
             schedule = policies.check_schedule(schedule, batch_size)
+            require(start_multiple == 1, "start_multiple", start_multiple,
+                    f"1 with `policy={policy!r}` (its schedule gives the "
+                    "batches)")
+            if max_batch_size is None:
+                max_batch_size = schedule[-1][1]
         else:
             require(schedule is None, "schedule", schedule,
                     f"None unless `policy="
                     f"{policies.names_where('takes_schedule')}`")
-            require(max_batch_size is not None, "max_batch_size",
-                    max_batch_size, f"an int for `policy={policy!r}`")
-        if max_batch_size is None:
-            max_batch_size = schedule[-1][1]
-        require(is_number(max_batch_size) and isinstance(max_batch_size, int)
-                and max_batch_size >= batch_size
-                and max_batch_size % batch_size == 0,
+        require(max_batch_size is None or (
+                    is_number(max_batch_size)
+                    and isinstance(max_batch_size, int)
+                    and max_batch_size >= batch_size
+                    and max_batch_size % batch_size == 0),
                 "max_batch_size", max_batch_size,
                 f"a multiple of `batch_size` ({batch_size})")
         if schedule:
@@ -134,7 +162,9 @@ class AdaptiveBatch(keras.callbacks.Callback):
             require(last <= max_batch_size, "schedule", schedule,
                     f"batches <= `max_batch_size` ({max_batch_size})")
         self.batch_size = batch_size
-        self.max_batch_size = max_batch_size
+        self.max_batch_size = max_batch_size  # None: set in `set_model`
+        self.given_max_batch_size = max_batch_size
+        self.start_multiple = start_multiple
         self.policy = policy
         self.c = float(c)
         self.schedule = schedule
@@ -152,9 +182,13 @@ class AdaptiveBatch(keras.callbacks.Callback):
                 "loss-scale optimizer), so that Keras creates the "
                 "accumulators AdaptiveBatch grows")
         start = self.batch_size * k0
-        require(self.max_batch_size >= start, "max_batch_size",
-                self.max_batch_size, f">= the starting batch, batch_size * "
-                f"gradient_accumulation_steps = {start}")
+        if self.given_max_batch_size is None:
+            self.max_batch_size = start * defaults.MAX_MULTIPLE
+        require(self.max_batch_size >= start * self.start_multiple,
+                "max_batch_size", self.max_batch_size,
+                f">= the first batch, batch_size * "
+                f"gradient_accumulation_steps * start_multiple = "
+                f"{start * self.start_multiple}")
         require(policies.grows_by_powers_of_2(self.schedule or (), start),
                 "schedule", self.schedule,
                 f"batches of batch_size * {k0} * 2**j ({start}, "
@@ -203,7 +237,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
                     else float("nan"))
         k = policy.accumulation_steps(policies.Inputs(
             epoch, self.batch_size, k0, self.c, self.schedule, b_simple))
-        return min(k, largest)
+        return min(max(k, k0 * self.start_multiple), largest)
 
     def _switch_when_aligned(self, batch):
         """Switches to the pending k if the next micro-batch starts an
@@ -241,11 +275,12 @@ class AdaptiveBatch(keras.callbacks.Callback):
     def get_config(self):
         return {
             "batch_size": self.batch_size,
-            "max_batch_size": self.max_batch_size,
+            "max_batch_size": self.given_max_batch_size,
             "policy": self.policy,
             "c": self.c,
             "schedule": self.schedule,
             "learning_rate_rule": self.learning_rate_rule,
             "beta": self.beta,
             "interval": self.interval,
+            "start_multiple": self.start_multiple,
         }

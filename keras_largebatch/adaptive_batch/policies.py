@@ -37,8 +37,9 @@ class Policy:
     Attributes:
         name: the `policy=` argument that picks it.
         takes_schedule: it reads `schedule=[(epoch, batch), ...]` (which
-            also gives `max_batch_size` its default); without it,
-            `schedule` must be None and `max_batch_size` given.
+            also gives `max_batch_size` its default and the first batch);
+            without it, `schedule` must be None, and `AdaptiveBatch`'s
+            `start_multiple` and default `max_batch_size` apply.
         takes_multiple: it reads `c` (`--noise_scale_multiple`); without
             it, the command requires the flag's default.
         reads_noise_scale: it reads B_simple from the statistics.

@@ -58,7 +58,7 @@ def register(cls):
 
 @register
 class Auto(Rule):
-    """`defaults.AUTO_RULE_FOR_SGD` (`"sqrt"`) for Keras' `SGD`,
+    """`defaults.AUTO_RULE_FOR_SGD` (`"linear"`) for Keras' `SGD`,
     `defaults.AUTO_RULE_OTHERWISE` (`"unchanged"`) for every other
     optimizer (LARS, LAMB and their mixed forms, Adam, ...), whose steps
     are normalised by the gradient's size, which falls as the batch

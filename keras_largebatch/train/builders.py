@@ -267,7 +267,8 @@ def _adaptive_batch(adaptive, step_batch):
         step_batch, max_batch_size=adaptive.max_global_batch_size or None,
         policy=adaptive.adaptive_batch, c=adaptive.noise_scale_multiple,
         schedule=schedule,
-        learning_rate_rule=adaptive.adaptive_learning_rate)]
+        learning_rate_rule=adaptive.adaptive_learning_rate,
+        start_multiple=adaptive.adaptive_start_multiple or None)]
 
 
 def _residual_checkpoints(compression, strategy, backup_dir):

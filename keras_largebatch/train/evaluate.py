@@ -35,7 +35,7 @@ def run_values(values, given):
             "`mode=eval` needs a run in `model_dir` (no run_config.json "
             f"there). Received: model_dir={model_dir!r}")
     with open(path) as f:
-        config = json.load(f)
+        config = resume.upgrade(json.load(f))
     raised = os.path.join(model_dir, resume.RAISES_FILE)
     if os.path.exists(raised):
         with open(raised) as f:

@@ -263,15 +263,24 @@ TABLE = (
          values=('none',) + tuple(adaptive_policies.POLICIES)),
     Flag('max_global_batch_size', 'integer', 0,
         'The largest batch --adaptive_batch may grow to, a multiple of the '
-        'micro-batch; 0: the largest of --batch_schedule (required for '
-        'noise_scale).',
+        'micro-batch; 0: the largest of --batch_schedule, or '
+        f'{adaptive_defaults.MAX_MULTIPLE} x --global_batch_size for '
+        'noise_scale.',
+         group='adaptive', minimum=0),
+    Flag('adaptive_start_multiple', 'integer', 0,
+        'With --adaptive_batch=noise_scale: the smallest batch from the '
+        'first epoch, as a multiple (a power of 2) of --global_batch_size, '
+        'the rate scaled by --adaptive_learning_rate; 0: '
+        f'{adaptive_defaults.START_MULTIPLE} for noise_scale, 1 otherwise.',
          group='adaptive', minimum=0),
     Flag('noise_scale_multiple', 'float',
          adaptive_defaults.NOISE_SCALE_MULTIPLE,
         'With --adaptive_batch=noise_scale: the batch follows this multiple '
         'of B_simple (1: the balanced point of McCandlish et al., twice the '
         'fewest updates and twice the fewest examples; above 1, fewer '
-        'updates).',
+        'updates; the default 4, with the other defaults, reached the '
+        "study's target in fewer updates than any tuned fixed batch: "
+        'docs/large-batch-study.md).',
          group='adaptive', valid=POSITIVE),
     Flag('batch_schedule', 'string', '',
         'With --adaptive_batch=schedule: EPOCH:BATCH,... (epochs counted '
@@ -283,8 +292,9 @@ TABLE = (
         'How the rate follows the batch under --adaptive_batch, as a factor '
         'on the schedule: sqrt (of the batch over the starting one), '
         "unchanged (Smith et al.), adascale (AdaScale's gain), linear. "
-        'auto: sqrt for sgd, unchanged for lars, lars_mixed, lamb and '
-        'lamb_mixed.',
+        f'auto: {adaptive_defaults.AUTO_RULE_FOR_SGD} for sgd, '
+        f'{adaptive_defaults.AUTO_RULE_OTHERWISE} for lars, lars_mixed, '
+        'lamb and lamb_mixed.',
          group='adaptive', values=tuple(adaptive_rules.RULES)),
     Flag('augment', 'enum', 'auto',
         'auto: light (shift/zoom, no flip) for digit data sets, crop_flip '
@@ -450,10 +460,13 @@ def _adaptive_batch_fits(values):
             "2)")
     micro = _micro_batch(values)
     if not policy.takes_schedule:
-        require(largest > 0, "max_global_batch_size", largest,
-                f"given (> 0) with --adaptive_batch={name}")
         require(not steps, "batch_schedule", values["batch_schedule"],
                 f"empty with --adaptive_batch={name}")
+        largest = largest or start * adaptive_defaults.MAX_MULTIPLE
+        first = start * start_multiple(values)
+        require(largest >= first, "max_global_batch_size", largest,
+                f">= the first batch, --global_batch_size x "
+                f"--adaptive_start_multiple ({first})")
     else:
         require(steps, "batch_schedule", values["batch_schedule"],
                 f"EPOCH:BATCH,... with --adaptive_batch={name}")
@@ -476,6 +489,30 @@ def _adaptive_batch_fits(values):
             f"--gradient_accumulation_steps ({micro})")
 
 
+def _adaptive_start_fits(values):
+    """`--adaptive_start_multiple`: 0 or a power of 2, above 1 only with a
+    policy without a schedule."""
+    policy = adaptive_policies.POLICIES.get(values["adaptive_batch"])
+    multiple = values["adaptive_start_multiple"]
+    if not (policy and not policy.takes_schedule):
+        require(multiple in (0, 1), "adaptive_start_multiple", multiple,
+                "0 or 1 without --adaptive_batch="
+                f"{_policies_where('takes_multiple')}")
+    require(multiple & (multiple - 1) == 0, "adaptive_start_multiple",
+            multiple, "0 or a power of 2")
+
+
+def start_multiple(values):
+    """`--adaptive_start_multiple` of `values` ({flag: value}) with 0
+    resolved: `adaptive_batch.defaults.START_MULTIPLE` for a policy without
+    a schedule, else 1."""
+    policy = adaptive_policies.POLICIES.get(values["adaptive_batch"])
+    if values["adaptive_start_multiple"]:
+        return values["adaptive_start_multiple"]
+    return (adaptive_defaults.START_MULTIPLE
+            if policy and not policy.takes_schedule else 1)
+
+
 def _policies_where(attribute):
     """`noise_scale`: the `--adaptive_batch` choices whose policy has
     `attribute`, joined by `/`."""
@@ -485,8 +522,10 @@ def _policies_where(attribute):
 
 RULES = (
     Rule(("image_size", "model", "dataset"), _image_size_fits_the_model),
+    Rule(("adaptive_batch", "adaptive_start_multiple"), _adaptive_start_fits),
     Rule(("adaptive_batch", "max_global_batch_size", "batch_schedule",
-          "noise_scale_multiple", "global_batch_size",
+          "noise_scale_multiple", "adaptive_start_multiple",
+          "global_batch_size",
           "gradient_accumulation_steps", "epochs"),
          _adaptive_batch_fits),
     # Each worker would compute statistics of its own batches and assign

@@ -42,6 +42,7 @@ from keras_largebatch.train import outputs
 from keras_largebatch.train import processes
 from keras_largebatch.train import recipe
 from keras_largebatch.train import report
+from keras_largebatch.train import resume
 from keras_largebatch.train.placement import place
 
 
@@ -97,7 +98,8 @@ def fail(error):
 
 def parse(argv):
     """The checked `flags.RunConfig` of `argv`; under `--mode=eval`, flags
-    not given are the run's (`evaluate.run_values`). Raises absl's
+    not given are the run's (`evaluate.run_values`); resuming, those of
+    `resume.CHANGED_DEFAULTS` (`resume.adopt`). Raises absl's
     `flags.Error` or `ValueError`."""
     train_flags.define_flags()
     if "help" not in flags.FLAGS:
@@ -108,9 +110,11 @@ def parse(argv):
     if len(rest) > 1:
         raise ValueError(f"Unexpected arguments: {' '.join(rest[1:])}")
     values = {name: FLAGS[name].value for name in train_flags.BY_NAME}
+    given = {name for name in values if FLAGS[name].present}
     if values["mode"] == "eval":
-        given = {name for name in values if FLAGS[name].present}
         values = evaluate.run_values(values, given)
+    else:
+        values = resume.adopt(values, given)
     return train_flags.config(values)
 
 

@@ -18,6 +18,12 @@ must match the original run's `run_config.json`, except:
 `run_config.json` keeps the original flags; each raise of `--epochs` is
 recorded in `epochs_raised.json`, and the latest raise is the number of
 epochs a later resume is checked against.
+
+A run recorded before `--adaptive_start_multiple` existed (and with it the
+adaptive batch's present defaults, `adaptive_batch.defaults`) is compared
+in today's flags (`upgrade`): it resumes with the defaults it was started
+with, which the flags left out of the command take (`adopt`), so the same
+command line goes on with the same decisions.
 """
 
 import dataclasses
@@ -25,6 +31,8 @@ import json
 import os
 
 from keras_largebatch._shared import atomic_write
+from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
+from keras_largebatch.adaptive_batch import policies as adaptive_policies
 from keras_largebatch.train.flags import FREE
 from keras_largebatch.train.flags import RAISABLE
 
@@ -56,7 +64,7 @@ def check(model_dir, run_config):
     config_path = os.path.join(model_dir, "run_config.json")
     if not os.path.exists(config_path):
         return None
-    original = _read(config_path)
+    original = upgrade(_read(config_path))
     raises = _read(os.path.join(model_dir, RAISES_FILE), [])
     epochs_before = (raises[-1]["epochs"] if raises
                      else original.get("epochs", run_config["epochs"]))
@@ -70,6 +78,49 @@ def check(model_dir, run_config):
     metadata = _read(os.path.join(model_dir, BACKUP_METADATA), {})
     return Resume(original, epochs_before, epochs,
                   int(metadata.get("epoch", 0)), raises)
+
+
+# The flags whose meaning of a default changed with the adaptive batch's
+# defaults: left out of a resuming command, they take the run's value.
+CHANGED_DEFAULTS = ("noise_scale_multiple", "adaptive_learning_rate",
+                    "adaptive_start_multiple")
+MARKER = "adaptive_start_multiple"  # absent: recorded before the change
+
+
+def upgrade(original):
+    """`original` (a run_config.json) in today's flags: one recorded
+    before `MARKER` existed gets the adaptive batch's previous defaults
+    (`adaptive_batch.defaults.PREVIOUS`): no start multiple, `auto` as it
+    resolved then, and for a run without a noise-scale policy the
+    multiple it could not set (today's default)."""
+    if MARKER in original:
+        return original
+    upgraded = dict(original)
+    policy = adaptive_policies.POLICIES.get(original.get("adaptive_batch"))
+    upgraded[MARKER] = 1 if policy else 0
+    if upgraded.get("adaptive_learning_rate") == "auto" and policy:
+        upgraded["adaptive_learning_rate"] = (
+            adaptive_defaults.PREVIOUS["auto_rule_for_sgd"]
+            if original.get("optimizer") == "sgd"
+            else adaptive_defaults.AUTO_RULE_OTHERWISE)
+    if not (policy and policy.takes_multiple) and upgraded.get(
+            "noise_scale_multiple") == adaptive_defaults.PREVIOUS[
+                "noise_scale_multiple"]:
+        upgraded["noise_scale_multiple"] = (
+            adaptive_defaults.NOISE_SCALE_MULTIPLE)
+    return upgraded
+
+
+def adopt(values, given):
+    """`values` ({flag: value}) with the flags of `CHANGED_DEFAULTS` not in
+    `given` set to the run's in `values["model_dir"]` (`upgrade`d), if
+    one is there: a resumed run keeps the defaults it began with."""
+    path = os.path.join(values.get("model_dir") or "", "run_config.json")
+    if not values.get("model_dir") or not os.path.exists(path):
+        return values
+    original = upgrade(_read(path))
+    return dict(values, **{name: original[name] for name in CHANGED_DEFAULTS
+                           if name not in given and name in original})
 
 
 def _refuse_changes(original, run_config):

@@ -59,7 +59,7 @@ def test_seeds_are_aggregated_with_mean_spread_and_median(study):
              2: [(1, 100, 0.80), (2, 200, 0.87)]}
     finals = {0: 0.905, 1: 0.90, 2: 0.87}
     runs = [_run(study, 512, 0.4, s, finals[s], curve[s]) for s in (2, 0, 1)]
-    s = study.summarize(runs)[("fixed", 24, 512, 0.4, None)]
+    s = study.summarize(runs)[("fixed", 24, 512, 0.4, None, "sgd")]
     assert s["n"] == 3 and s["seeds"] == [0, 1, 2]
     assert s["mean"] == pytest.approx((0.905 + 0.90 + 0.87) / 3)
     # Sample standard deviation: deviations 0.13/3, 0.115/3 and -0.245/3
@@ -76,7 +76,7 @@ def test_seeds_are_aggregated_with_mean_spread_and_median(study):
     assert s["median_to"][0.90] == pytest.approx(200.0)
     assert s["reached"] == {0.88: 2, 0.90: 2}
     # One seed: no spread.
-    one = study.summarize(runs[:1])[("fixed", 24, 512, 0.4, None)]
+    one = study.summarize(runs[:1])[("fixed", 24, 512, 0.4, None, "sgd")]
     assert one["sd"] is None and one["n"] == 1
 
 
@@ -92,7 +92,7 @@ def test_plan_extends_a_bracket_at_its_edge_then_seeds_the_best(study):
     # Bracketed (3.2 worse than 1.6): seeds 1 and 2 of 1.6.
     runs.append(_run(study, batch, 3.2, 0, 0.85, [(1, 400, 0.86)]))
     specs = [s for s in study.plan(runs) if s["batch"] == batch
-             and s["epochs"] == study.EPOCHS]
+             and s["epochs"] == study.EPOCHS and s["optimizer"] == "sgd"]
     assert [(s["rate"], s["seed"]) for s in specs] == [
         (pytest.approx(1.6), 1), (pytest.approx(1.6), 2)]
     # A sweep with a run in flight waits.
@@ -108,6 +108,78 @@ def test_grown_runs_carry_the_adaptive_flags(study):
     assert "--max_global_batch_size=4096" in argv
     assert "--noise_scale_multiple=2.0" in argv
     assert "--evals_per_epoch=4" in argv
+    assert "--adaptive_start_multiple=1" in argv  # the previous defaults
+    default = study.train_argv(study.grown_spec("default", 0), "runs")
+    # Today's defaults: nothing but the policy beside the small batch.
+    assert [a for a in default if "adaptive" in a or "noise" in a
+            or "max_global" in a] == ["--adaptive_batch=noise_scale"]
+    capped = study.train_argv(
+        study.grown_spec("start4_c4_linear_1024", 0), "runs")
+    assert [a for a in capped if a.startswith("--max_global_batch_size")] \
+        == ["--max_global_batch_size=1024"]
+    assert "--adaptive_learning_rate=linear" in capped
+    # Starting at 4 x 128 under the linear rule: the rate 4 x 0.2.
+    assert "--global_batch_size=512" in capped
+    assert "--base_learning_rate=0.8" in capped
+    assert "--gradient_accumulation_steps=8" in capped
     fixed = study.train_argv(study.fixed_spec(2048, 0.8, 1), "runs")
     assert "--gradient_accumulation_steps=8" in fixed
     assert "--global_batch_size=2048" in fixed
+
+
+def test_plan_ends_with_the_normalised_optimizer_swept_seeded_and_grown(study):
+    # LARSMixed's sweep at 512: 14.14 * sqrt(512 / 128) = 28.28, 2x apart.
+    assert study.sweep_rates(512, "lars_mixed") == pytest.approx(
+        [7.071, 14.142, 28.284, 56.569], rel=1e-3)
+    specs = list(study.plan([]))
+    kinds = [s["optimizer"] for s in specs]
+    # Every SGD step comes first.
+    assert kinds == sorted(kinds, key=lambda o: o != "sgd")
+    lars = [s for s in specs if s["optimizer"] == "lars_mixed"]
+    assert {(s["batch"], round(s["rate"], 3)) for s in lars
+            if s["kind"] == "fixed"} == {
+        (b, round(r, 3)) for b in study.BATCHES
+        for r in study.sweep_rates(b, "lars_mixed")}
+    grown = [s for s in lars if s["kind"] == "grown"]
+    assert [(s["variant"], s["seed"], s["rate"]) for s in grown] == [
+        ("default", seed, pytest.approx(study.NORMALISED_RATE))
+        for seed in study.NORMALISED_GROWN_SEEDS]
+    argv = study.train_argv(grown[0], "runs")
+    assert "--optimizer=lars_mixed" in argv
+    assert "--adaptive_batch=noise_scale" in argv
+    assert not any(a.startswith("--adaptive_learning_rate") for a in argv)
+    # A swept LARSMixed batch whose best is inside: its seed 1 follows.
+    rates = study.sweep_rates(1024, "lars_mixed")
+    runs = [dict(study.fixed_spec(1024, r, 0, optimizer="lars_mixed"),
+                 val_accuracy=0.9, num_train=60000, updates=None,
+                 evals=[(1, 100 * (1 + abs(i - 1)), 0.905)])
+            for i, r in enumerate(rates)]
+    seeded = [s for s in study.plan(runs) if s["optimizer"] == "lars_mixed"
+              and s["batch"] == 1024]
+    assert [(s["rate"], s["seed"]) for s in seeded] == [
+        (pytest.approx(rates[1]), 1)]
+
+
+def test_second_workload_sweeps_around_the_24_epoch_best_then_seeds(study):
+    # 1,024's 24-epoch best is 0.8 (inside its bracket, seeds done).
+    rates = study.sweep_rates(1024)
+    runs = [_run(study, 1024, r, s, 0.90, [(1, 100 * (1 + abs(i - 1)), 0.905)])
+            for i, r in enumerate(rates) for s in (0, 1, 2) if s == 0 or i == 1]
+    second = [s for s in study.plan(runs) if s["epochs"] == study.SECOND_EPOCHS
+              and s["batch"] == 1024 and s["optimizer"] == "sgd"]
+    assert [(s["rate"], s["seed"]) for s in second] == [
+        (pytest.approx(0.4), 0), (pytest.approx(0.8), 0),
+        (pytest.approx(1.6), 0)]
+    twelve = [dict(study.fixed_spec(1024, r, 0, study.SECOND_EPOCHS),
+                   val_accuracy=0.89, num_train=60000, updates=None,
+                   evals=[(1, 100 * (3 - i), 0.905)])
+              for i, r in enumerate((0.4, 0.8, 1.6))]
+    second = [s for s in study.plan(runs + twelve)
+              if s["epochs"] == study.SECOND_EPOCHS and s["batch"] == 1024]
+    # 1.6 reached the target first at 12 epochs: its seeds 1 and 2.
+    assert [(s["rate"], s["seed"]) for s in second] == [
+        (pytest.approx(1.6), 1), (pytest.approx(1.6), 2)]
+    grown = [s for s in study.plan(runs) if s["kind"] == "grown"
+             and s["epochs"] == study.SECOND_EPOCHS]
+    assert [(s["variant"], s["seed"]) for s in grown] == [
+        ("default", 0), ("default", 1), ("default", 2)]

@@ -29,7 +29,13 @@ SCHEDULE = ["--adaptive_batch=schedule", "--batch_schedule=1:32,2:64"]
      "max_global_batch_size=8"),
     (["--adaptive_batch=noise_scale", "--max_global_batch_size=36"],
      "max_global_batch_size=36"),
-    (["--adaptive_batch=noise_scale"], "max_global_batch_size=0"),
+    # From the first epoch 4 x 16: above 32.
+    (["--adaptive_batch=noise_scale", "--max_global_batch_size=32"],
+     "max_global_batch_size=32"),
+    (["--adaptive_batch=noise_scale", "--adaptive_start_multiple=3"],
+     "adaptive_start_multiple=3"),
+    (SCHEDULE + ["--adaptive_start_multiple=2"], "adaptive_start_multiple=2"),
+    (["--adaptive_start_multiple=4"], "adaptive_start_multiple=4"),
     (["--adaptive_batch=schedule"], "batch_schedule=''"),
     (["--adaptive_batch=schedule", "--batch_schedule=1:48"],
      "batch_schedule='1:48'"),
@@ -143,6 +149,55 @@ def test_two_jax_processes_grow_the_batch_as_one_process(tmp_path):
     lines = [next(ln for ln in log.splitlines() if "val_accuracy=" in ln)
              for _, log in two]
     assert len({ln.split("batch=")[1].split(" wall")[0] for ln in lines}) == 1
+
+
+def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
+    # The defaults: from 4 x 16, up to 8 x 16.
+    config = train_main.parse(["prog", *TINY, "--adaptive_batch=noise_scale",
+                               f"--model_dir={tmp_path}/run"])
+    adaptive = config.adaptive
+    assert (adaptive.max_global_batch_size, adaptive.adaptive_start_multiple,
+            adaptive.noise_scale_multiple) == (0, 0, 4.0)
+    from keras_largebatch.train import builders
+
+    callback, = builders._adaptive_batch(adaptive, 8)
+    assert (callback.start_multiple, callback.given_max_batch_size,
+            callback.c, callback.learning_rate_rule) == (4, None, 4.0, "auto")
+
+
+# The adaptive batch's previous defaults, spelled out.
+PREVIOUS = ["--noise_scale_multiple=1", "--adaptive_learning_rate=sqrt",
+            "--adaptive_start_multiple=1"]
+NOISE = ["--adaptive_batch=noise_scale", "--max_global_batch_size=64"]
+
+
+def _as_recorded_before_the_defaults_changed(model_dir):
+    path = model_dir / "run_config.json"
+    config = json.loads(path.read_text())
+    del config["adaptive_start_multiple"]
+    config.update(noise_scale_multiple=1.0, adaptive_learning_rate="auto")
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.skipif(BACKEND == "tensorflow",
+                    reason="one backend's processes suffice (JAX and torch)")
+def test_a_run_recorded_before_the_defaults_resumes_with_its_decisions(
+        tmp_path):
+    whole = _command(tmp_path / "whole", *NOISE, *PREVIOUS)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = _command(tmp_path / "resumed", *NOISE, *PREVIOUS, kill="2,1")
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    _as_recorded_before_the_defaults_changed(tmp_path / "resumed")
+    # The command line of then: the defaults left out.
+    resumed = _command(tmp_path / "resumed", *NOISE)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for a, b in zip(_weights(tmp_path / "whole"),
+                    _weights(tmp_path / "resumed")):
+        np.testing.assert_array_equal(a, b)
+    trajectories = [json.loads((tmp_path / d / "summary.json").read_text())[
+        "batch_trajectory"] for d in ("whole", "resumed")]
+    assert trajectories[0] == trajectories[1]
+    assert trajectories[0][0] == 16  # today's defaults start at 64
 
 
 def test_flag_choices_and_defaults_are_the_registries():

@@ -2,6 +2,7 @@
 
 import ast
 import dataclasses
+import json
 import os
 
 import pytest
@@ -130,8 +131,11 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
                                    "--steps_per_epoch=3", *args])
         return dict(config.recorded(), image_size=67, num_classes=10)
 
+    # The same flags, with the adaptive batch's flags of today (`upgrade`).
     outputs.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
-    assert (tmp_path / "now.json").read_text() == text
+    now = json.loads((tmp_path / "now.json").read_text())
+    assert now == resume.upgrade(json.loads(text))
+    assert set(now) - set(json.loads(text)) == {"adaptive_start_multiple"}
     raised = resume.check(str(model_dir), recorded("--epochs=2"))
     assert (raised.epochs_before, raised.epochs, raised.raised) == (1, 2,
                                                                     True)

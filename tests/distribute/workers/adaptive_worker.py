@@ -65,8 +65,9 @@ def run(policy, x, y, w):
         adaptive = klb.AdaptiveBatch(batch, policy="schedule",
                                      schedule=[(1, 4 * batch), (2, 8 * batch)])
     else:
+        # B_simple itself (c = 1) from the compiled batch: closed form.
         adaptive = klb.AdaptiveBatch(batch, max_batch_size=64 * batch,
-                                     beta=0.98)
+                                     beta=0.98, c=1.0, start_multiple=1)
     trajectory = Trajectory()
     history = model.fit(
         x.astype("float32"), y.astype("float32"), batch_size=batch,
