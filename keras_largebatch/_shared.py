@@ -83,3 +83,18 @@ def atomic_write(path, text):
     with atomic_path(path) as tmp:
         with open(tmp, "w") as f:
             f.write(text)
+
+
+def registrar(table, base):
+    """The `register` decorator of a registry: it adds an instance of a
+    `base` subclass with a new `name` to `table` ({name: instance}) and
+    returns the class (the adaptive batch's policies and rate rules)."""
+
+    def register(cls):
+        require(isinstance(cls, type) and issubclass(cls, base)
+                and isinstance(cls.name, str) and cls.name not in table,
+                "cls", cls, f"a {base.__name__} subclass with a new `name`")
+        table[cls.name] = cls()
+        return cls
+
+    return register

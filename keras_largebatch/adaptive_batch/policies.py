@@ -14,6 +14,7 @@ import math
 from typing import NamedTuple
 
 from keras_largebatch._shared import is_number
+from keras_largebatch._shared import registrar
 from keras_largebatch._shared import require
 
 POLICIES = {}
@@ -57,13 +58,8 @@ class Policy:
         raise NotImplementedError(type(self).__name__)
 
 
-def register(cls):
-    """Adds an instance of the `Policy` subclass `cls` to `POLICIES`."""
-    require(isinstance(cls, type) and issubclass(cls, Policy)
-            and isinstance(cls.name, str) and cls.name not in POLICIES,
-            "cls", cls, "a Policy subclass with a new `name`")
-    POLICIES[cls.name] = cls()
-    return cls
+# Adds an instance of a `Policy` subclass to `POLICIES`.
+register = registrar(POLICIES, Policy)
 
 
 def names_where(attribute):

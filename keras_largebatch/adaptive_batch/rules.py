@@ -17,7 +17,7 @@ import math
 
 import keras
 
-from keras_largebatch._shared import require
+from keras_largebatch._shared import registrar
 from keras_largebatch.adaptive_batch import defaults
 
 RULES = {}
@@ -47,13 +47,8 @@ class Rule:
         raise NotImplementedError(type(self).__name__)
 
 
-def register(cls):
-    """Adds an instance of the `Rule` subclass `cls` to `RULES`."""
-    require(isinstance(cls, type) and issubclass(cls, Rule)
-            and isinstance(cls.name, str) and cls.name not in RULES,
-            "cls", cls, "a Rule subclass with a new `name`")
-    RULES[cls.name] = cls()
-    return cls
+# Adds an instance of a `Rule` subclass to `RULES`.
+register = registrar(RULES, Rule)
 
 
 @register
