@@ -692,6 +692,9 @@ def main(argv=None):
     p.add_argument("--follow", nargs="*", default=[],
                    help="grown variants to run with every seed, as the "
                         "default is (e.g. c4)")
+    p.add_argument("--grown_seeds", type=int, default=len(GROWN_SEEDS),
+                   help="seeds 0..N-1 for the default grown batch and the "
+                        "variants --follow names (default %(default)s)")
     p.add_argument("--max_runs", type=int, default=0,
                    help="stop starting runs after this many (0: all)")
     p.add_argument("--merge", nargs="*", default=[],
@@ -700,7 +703,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers must be >= 1. Received: {args.workers}")
-    configure(FOLLOW=args.follow)
+    if args.grown_seeds < 1:
+        p.error(f"--grown_seeds must be >= 1. Received: {args.grown_seeds}")
+    configure(FOLLOW=args.follow, GROWN_SEEDS=list(range(args.grown_seeds)))
     record = load(args.out)
     for path in args.merge:
         with open(path) as f:
