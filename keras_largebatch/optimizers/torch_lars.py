@@ -17,7 +17,19 @@ A constant number of ops per step, with no host sync; all compile under
 which on CUDA runs its multi-tensor kernel with them (`_foreach_mul_` or
 `_foreach_add_` given a list of 0-d tensors launches one kernel per
 tensor there).
+
+With momentum, eagerly on a CPU, those four passes over the model are one
+op instead, `keras_largebatch::lars_momentum_` (`momentum_cpu`), whose CPU
+kernel runs PyTorch's fused SGD kernel (`torch._fused_sgd_`, what
+`torch.optim.SGD(fused=True)` runs) tensor by tensor: one vectorised read
+of each weight, gradient and buffer. A CPU launches nothing, so a loop
+over tensors inside one op costs a function call per tensor, as PyTorch's
+own CPU multi-tensor kernels do; the four `_foreach_*` passes read and
+write the model about twice as often (`docs/benchmarks.md`). Under
+`torch.compile` and on other devices the `_foreach_*` ops stay.
 """
+
+from typing import List
 
 import torch
 
@@ -72,6 +84,11 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
         optimizer.momentums[optimizer._get_variable_index(v)].value
         for v in keras_vars
     ]
+    if device.type == "cpu" and not torch.compiler.is_compiling():
+        torch.ops.keras_largebatch.lars_momentum_(
+            weights, grads, bufs, grad_scale, scale * decay, momentum,
+            optimizer.nesterov)
+        return
     # v = momentum * v + scale * (g + wd * w)
     torch._foreach_mul_(bufs, momentum)
     torch._foreach_addcmul_(bufs, grads, torch_foreach.scalars(grad_scale))
@@ -100,3 +117,32 @@ def _descend(weights, grads, scale, grad_scale, decay, decayed):
             decayed_weights, decayed_weights, [shrink[i] for i in decayed]
         )
     torch._foreach_addcmul_(weights, grads, torch_foreach.scalars(-grad_scale))
+
+
+@torch.library.custom_op("keras_largebatch::lars_momentum_",
+                         mutates_args=("weights", "bufs"), device_types="cpu")
+def momentum_cpu(weights: List[torch.Tensor], grads: List[torch.Tensor],
+                 bufs: List[torch.Tensor], grad_scale: torch.Tensor,
+                 decay_scale: torch.Tensor, momentum: float,
+                 nesterov: bool) -> None:
+    """v = momentum * v + grad_scale[i] * g + decay_scale[i] * w, then
+    w = w - v (Nesterov: w = w - momentum * v - grad_scale[i] * g -
+    decay_scale[i] * w), for each tensor i: `torch._fused_sgd_` with a
+    rate of 1, the weight decay `decay_scale[i]` and the gradient
+    `grad_scale[i] * g`, written into one scratch buffer (the caller's
+    gradients are left as they are)."""
+    largest = max(g.numel() for g in grads)
+    scratch = torch.empty(largest, dtype=torch.float32)
+    for w, g, v, c, d in zip(weights, grads, bufs, grad_scale.tolist(),
+                              decay_scale.tolist()):
+        scaled = scratch[:g.numel()].view(g.shape)
+        torch.mul(g, c, out=scaled)
+        torch._fused_sgd_(
+            [w], [scaled], [v], weight_decay=d, momentum=momentum, lr=1.0,
+            dampening=0.0, nesterov=nesterov, maximize=False,
+            is_first_step=False)
+
+
+@momentum_cpu.register_fake
+def _(weights, grads, bufs, grad_scale, decay_scale, momentum, nesterov):
+    return None

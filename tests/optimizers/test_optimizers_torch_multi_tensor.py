@@ -86,6 +86,17 @@ def test_ops_per_step_do_not_grow_with_the_number_of_variables(name):
     assert dict(few) == dict(many)
 
 
+@pytest.mark.parametrize("name", ["LARS", "LARS_nesterov", "LARSMixed"])
+def test_cpu_momentum_update_is_one_op(name):
+    # Eagerly on a CPU, LARS' momentum and weight updates are the one op
+    # `keras_largebatch::lars_momentum_` (PyTorch's fused SGD kernel per
+    # tensor inside it), not the four `_foreach_*` passes.
+    ops = _op_counts(name, 100)
+    assert ops["keras_largebatch.lars_momentum_.default"] == 1
+    assert not [op for op in ops if op.startswith(
+        ("aten._foreach_mul_", "aten._foreach_sub_", "aten._fused_sgd_"))]
+
+
 @pytest.mark.parametrize("name", MAKERS)
 def test_only_the_skip_decision_waits_for_the_device(name):
     # A host read (`.item()`, `bool(tensor)`, a Python scalar taken from a
