@@ -24,8 +24,9 @@ done:
    names) with seeds 2-4;
 7. the 12-epoch budget (`SECOND_EPOCHS`), a workload the defaults were not
    tuned on: `SECOND_BATCHES` each at its 24-epoch best rate x 1/2, 1, 2
-   (seed 0), the best of them with seeds 1 and 2, and the command's
-   default grown batch with seeds 0-2;
+   (seed 0), the best of them with seeds 1 and 2, the command's default
+   grown batch with seeds 0-2, and the small batch (128 at 0.2, the
+   accuracy the floor keeps) with seeds 0-2;
 8. the same for a normalised optimizer (`NORMALISED`, LARSMixed, its rate
    tuned at 128 `NORMALISED_RATE`): each batch's sweep (4 rates 2x apart
    around the small rate scaled by the square root of the batch, bracketed
@@ -328,6 +329,8 @@ def plan(runs, busy=()):
                     yield fixed_spec(batch, best, seed, SECOND_EPOCHS)
         for seed in SEEDS:
             yield grown_spec(GROWN[0][0], seed, SECOND_EPOCHS)
+        for seed in SEEDS:
+            yield fixed_spec(SMALL_BATCH, SMALL_RATE, seed, SECOND_EPOCHS)
 
     def steps():
         yield from sweeps("sgd")

@@ -183,3 +183,9 @@ def test_second_workload_sweeps_around_the_24_epoch_best_then_seeds(study):
              and s["epochs"] == study.SECOND_EPOCHS]
     assert [(s["variant"], s["seed"]) for s in grown] == [
         ("default", 0), ("default", 1), ("default", 2)]
+    # The small batch at 12 epochs: the accuracy the floor keeps there.
+    small = [s for s in study.plan(runs) if s["kind"] == "fixed"
+             and s["batch"] == study.SMALL_BATCH
+             and s["epochs"] == study.SECOND_EPOCHS]
+    assert [(s["rate"], s["seed"]) for s in small] == [
+        (study.SMALL_RATE, 0), (study.SMALL_RATE, 1), (study.SMALL_RATE, 2)]
