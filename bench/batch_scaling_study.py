@@ -423,7 +423,36 @@ def markdown(record):
                 f"{_fmt_acc(s)} | {updates} | "
                 + " | ".join(_fmt_to(s, t) for t in TARGETS) + " |")
         lines.append("")
-    return "\n".join(lines + _above(record, summaries))
+    return "\n".join(lines + _above(record, summaries)
+                     + _by_epoch(record["runs"]))
+
+
+def _by_epoch(runs, every=4, min_seeds=3):
+    """Lines: the mean validation accuracy at the end of every `every`-th
+    epoch of each SGD configuration of EPOCHS epochs with `min_seeds` seeds
+    or more (where along the run one configuration passes another)."""
+    by_key = {}
+    for r in runs:
+        if r["epochs"] == EPOCHS and r["optimizer"] == "sgd":
+            by_key.setdefault(config_key(r), {})[r["seed"]] = r
+    rows = sorted((k for k, g in by_key.items() if len(g) >= min_seeds),
+                  key=lambda k: (k[0], k[2], k[3], k[4] or ""))
+    if not rows:
+        return []
+    epochs = list(range(every, EPOCHS + 1, every))
+    lines = [f"## Mean validation accuracy by epoch ({EPOCHS} epochs, "
+             f"configurations with {min_seeds} seeds or more)", "",
+             "| run | n | " + " | ".join(f"epoch {e}" for e in epochs) + " |",
+             "|---|---|" + "---|" * len(epochs)]
+    for key in rows:
+        group = list(by_key[key].values())
+        name = (f"fixed {key[2]:,} @ {key[3]:g}" if key[0] == "fixed"
+                else f"grown, {key[4]}")
+        means = [sum(r["val_accuracy_per_epoch"][e - 1] for r in group)
+                 / len(group) for e in epochs]
+        lines.append(f"| {name} | {len(group)} | "
+                     + " | ".join(f"{m:.4f}" for m in means) + " |")
+    return lines + [""]
 
 
 def _median_of(group):

@@ -189,3 +189,22 @@ def test_second_workload_sweeps_around_the_24_epoch_best_then_seeds(study):
              and s["epochs"] == study.SECOND_EPOCHS]
     assert [(s["rate"], s["seed"]) for s in small] == [
         (study.SMALL_RATE, 0), (study.SMALL_RATE, 1), (study.SMALL_RATE, 2)]
+
+
+def test_accuracy_by_epoch_is_the_mean_over_seeds(study):
+    # Two configurations at 24 epochs: fixed 512 with 3 seeds (listed), a
+    # grown one with 2 (left out: fewer than 3 seeds).
+    curves = {0: 0.80, 1: 0.83, 2: 0.89}
+    runs = [dict(_run(study, 512, 1.6, seed, 0.9, []),
+                 val_accuracy_per_epoch=[base + e / 1000 for e in range(24)])
+            for seed, base in curves.items()]
+    runs += [dict(_run(study, 128, 0.2, seed, 0.9, [], kind="default"),
+                  val_accuracy_per_epoch=[0.5] * 24) for seed in (0, 1)]
+    lines = study._by_epoch(runs)
+    row = next(line for line in lines if line.startswith("| fixed 512"))
+    # Epoch 4 is index 3: mean(0.803, 0.833, 0.893) = 0.843; epoch 24 is
+    # index 23: 0.863.
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "3"
+    assert cells[2] == "0.8430" and cells[-1] == "0.8630"
+    assert not any(line.startswith("| grown") for line in lines)
