@@ -7,9 +7,9 @@ They are the best policy the study found (docs/large-batch-study.md,
 "Updates to a target against the batch"): over seeds, fewer updates to its
 target than the best fixed batch with its rate tuned, at a final accuracy
 0.37 points below the small batch's (10 seeds). Start at 4 x the batch the
-optimizer was compiled with, follow 4 x B_simple, the rate linear in the batch for
-SGD, up to 8 x the compiled batch. `AUTO_RULE_FOR_SGD` and `AUTO_RULE_OTHERWISE`
-are what `learning_rate_rule="auto"` resolves to.
+optimizer was compiled with, follow 4 x B_simple, the rate linear in the
+batch for SGD, up to 8 x the compiled batch. `AUTO_RULE_FOR_SGD` and
+`AUTO_RULE_OTHERWISE` are what `learning_rate_rule="auto"` resolves to.
 
 `PREVIOUS` holds the defaults these replaced, with which a run of the
 command recorded before them resumes (`train.resume.upgrade`).
