@@ -21,12 +21,13 @@ tensor there).
 With momentum, eagerly on a CPU, those four passes over the model are one
 op instead, `keras_largebatch::lars_momentum_` (`momentum_cpu`), whose CPU
 kernel runs PyTorch's fused SGD kernel (`torch._fused_sgd_`, what
-`torch.optim.SGD(fused=True)` runs) tensor by tensor: one vectorised read
-of each weight, gradient and buffer. A CPU launches nothing, so a loop
-over tensors inside one op costs a function call per tensor, as PyTorch's
-own CPU multi-tensor kernels do; the four `_foreach_*` passes read and
-write the model about twice as often (`docs/benchmarks.md`). Under
-`torch.compile` and on other devices the `_foreach_*` ops stay.
+`torch.optim.SGD(fused=True)` runs) tensor by tensor: one vectorised pass
+over each weight and buffer, after a scaled copy of the gradient. A CPU
+launches nothing, so a loop over tensors inside one op costs a function
+call per tensor, as PyTorch's own CPU multi-tensor kernels do; the four
+`_foreach_*` passes read and write the model about twice as often
+(`docs/benchmarks.md`). Under `torch.compile` and on other devices the
+`_foreach_*` ops stay.
 """
 
 from typing import List
