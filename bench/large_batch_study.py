@@ -91,11 +91,17 @@ def train_argv(spec, args):
     return argv
 
 
+def train_command(argv):
+    """The process command line of `keras-largebatch-train argv`, with this
+    interpreter."""
+    return [sys.executable, "-c",
+            "from keras_largebatch.train.main import run; run()", *argv]
+
+
 def run_command(argv):
     """`keras-largebatch-train argv` in a process of its own; its wall time
     in seconds (a failed run ends the study with its stderr)."""
-    cmd = [sys.executable, "-c",
-           "from keras_largebatch.train.main import run; run()", *argv]
+    cmd = train_command(argv)
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:

@@ -44,9 +44,7 @@ def measure(backend, batch, work_dir, data_dir="", side_by_side=1):
         run_dir = os.path.join(work_dir, str(i))
         argv = study.train_argv(spec, run_dir, data_dir)
         argv = [a for a in argv if not a.startswith("--evals_per_epoch")]
-        cmd = [sys.executable, "-c",
-               "from keras_largebatch.train.main import run; run()", *argv,
-               "--evals_per_epoch=1"]
+        cmd = lbs.train_command([*argv, "--evals_per_epoch=1"])
         procs.append((run_dir, subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env=env)))
