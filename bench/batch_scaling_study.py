@@ -25,7 +25,8 @@ done:
 7. the 12-epoch budget (`SECOND_EPOCHS`), a workload the defaults were not
    tuned on: `SECOND_BATCHES` each at its 24-epoch best rate x 1/2, 1, 2
    (seed 0), the best of them with seeds 1 and 2, the command's default
-   grown batch with seeds 0-2, and the small batch (128 at 0.2, the
+   grown batch (and the variants `--follow` names) with seeds 0-2, and the
+   small batch (128 at 0.2, the
    accuracy the floor keeps) with seeds 0-2;
 8. the same for a normalised optimizer (`NORMALISED`, LARSMixed, its rate
    tuned at 128 `NORMALISED_RATE`): each batch's sweep (4 rates 2x apart
@@ -99,11 +100,20 @@ GROWN = (
     ("start4_c4_linear_1024", dict(PREVIOUS, start=4, noise_scale_multiple=4.0,
                                    adaptive_learning_rate="linear",
                                    max_global_batch_size=1024)),
+    # The same, and over the last quarter of the epochs back to 512 (the
+    # first batch, 1 x the compiled one here), the rate with it: the end of
+    # the decay at a batch the fixed ones anneal well at.
+    ("anneal", dict(PREVIOUS, start=4, noise_scale_multiple=4.0,
+                    adaptive_learning_rate="linear",
+                    max_global_batch_size=1024,
+                    adaptive_anneal_fraction=0.25,
+                    adaptive_anneal_multiple=1)),
 )
 # How the plot names a variant (else "grown <name>").
 LABELS = {"default": "grown, today's defaults",
           "start4_c4_linear_1024": "grown from 4x, c 4, linear, up to 8x "
                                    "(today's defaults)",
+          "anneal": "grown as today's defaults, the last quarter at 4x",
           "previous": "grown, the previous defaults (c 1, sqrt)"}
 # The second workload's fixed batches (the 24-epoch study's two best), each
 # swept around its 24-epoch best rate (x 1/2, 1, 2).
@@ -327,8 +337,9 @@ def plan(runs, busy=()):
                 best = best_rate(summaries, batch, SECOND_EPOCHS)["rate"]
                 for seed in SEEDS[1:]:
                     yield fixed_spec(batch, best, seed, SECOND_EPOCHS)
-        for seed in SEEDS:
-            yield grown_spec(GROWN[0][0], seed, SECOND_EPOCHS)
+        for variant in (GROWN[0][0], *FOLLOW):
+            for seed in SEEDS:
+                yield grown_spec(variant, seed, SECOND_EPOCHS)
         for seed in SEEDS:
             yield fixed_spec(SMALL_BATCH, SMALL_RATE, seed, SECOND_EPOCHS)
 

@@ -186,10 +186,11 @@ class StudyPlan:
         return None
 
     def estimate(self, spec):
-        """Seconds a run should take: the longest finished run of its kind,
-        batch and epochs (0 before any)."""
+        """Seconds a run should take: the longest finished GPU run of its
+        kind, batch and epochs (0 before any). Runs from a CPU, which a
+        record may hold so that the plan skips them, carry no `device`."""
         walls = [r["wall_seconds"] for r in self.record["runs"]
-                 if (r["kind"], r["batch"], r["epochs"])
+                 if "device" in r and (r["kind"], r["batch"], r["epochs"])
                  == (spec["kind"], spec["batch"], spec["epochs"])]
         return max(walls, default=0.0)
 

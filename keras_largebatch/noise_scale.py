@@ -470,7 +470,7 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         else:
             self.base_learning_rate = getattr(rate, "base", rate)
         saved = int(ops.convert_to_numpy(self.accumulation_steps))
-        if saved > inner.gradient_accumulation_steps:
+        if saved and saved != inner.gradient_accumulation_steps:
             self.set_accumulation_steps(saved, factor)
             return True
         self.accumulation_steps.assign(inner.gradient_accumulation_steps)
@@ -482,19 +482,26 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         self.pending_accumulation_steps = None
         self.base_learning_rate = None
 
-    def ask_accumulation_steps(self, k):
+    def ask_accumulation_steps(self, k, shrink=False):
         """Asks for k micro-batches per update from the next micro-batch
-        that k divides (never fewer than in effect or asked before); True
-        while a switch is pending."""
+        that both k and the k in effect divide: never fewer than in effect
+        or asked before, unless `shrink` (then k as asked, fewer or more);
+        True while a switch is pending."""
+        now = accumulating_optimizer(self).gradient_accumulation_steps
+        if shrink:
+            self.pending_accumulation_steps = k if k != now else None
+            return self.pending_accumulation_steps is not None
         k = max(k, self.pending_accumulation_steps or 0)
-        if k > accumulating_optimizer(self).gradient_accumulation_steps:
+        if k > now:
             self.pending_accumulation_steps = k
         return self.pending_accumulation_steps is not None
 
     def micro_batches_to_switch(self, counter):
         """How many micro-batches, from the micro-batch `counter`, before the
-        pending k can start (0: now)."""
-        return -counter % self.pending_accumulation_steps
+        pending k can start (0: now): the update in progress ends first
+        (both are `k0 * 2**j`, so the larger one is a multiple of both)."""
+        now = accumulating_optimizer(self).gradient_accumulation_steps
+        return -counter % max(self.pending_accumulation_steps, now)
 
     def set_accumulation_steps(self, k, factor):
         """Puts k micro-batches per update and `factor` times the compiled

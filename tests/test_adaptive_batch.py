@@ -165,6 +165,54 @@ def test_switch_waits_for_a_micro_batch_index_that_new_k_divides(policy):
         0.05 * 0.5 ** (18 / 6), rtol=1e-6)
 
 
+@pytest.mark.parametrize("policy", NOISE_POLICIES)
+def test_anneal_brings_the_batch_down_after_the_update_in_progress(policy):
+    # 6 micro-batches an epoch; k = 4 from the first (start 2 x k0, and the
+    # cap 32 = 4 x 8). Epoch 3 of 4 is the last quarter: capped at 1 x k0.
+    # Its first micro-batch is 18, inside an update of 4 (16-19): k = 2
+    # starts at 20, and the rate (linear in k) halves there.
+    x, y, w = regression(d=4, n=48, sigma=0.5)
+    schedule = keras.optimizers.schedules.ExponentialDecay(
+        0.05, decay_steps=6, decay_rate=0.5)
+    model = linear_model(w)
+    model.compile(keras.optimizers.SGD(schedule, gradient_accumulation_steps=2),
+                  "mse")
+    callback = klb.AdaptiveBatch(8, max_batch_size=32, policy=policy,
+                                 start_multiple=2, learning_rate_rule="linear",
+                                 anneal_fraction=0.25, anneal_multiple=1)
+    history = fit(model, x, y, callback, epochs=4, batch=8, shuffle=False)
+    assert history["global_batch_size"] == [32, 32, 32, 16]
+
+    def k(i):
+        return 4 if i < 20 else 2
+
+    expected, updates = _reference(
+        np.tile(x, (4, 1)), np.tile(y, (4, 1)), w, 8,
+        lambda i: 0.05 * 0.5 ** (i / 6) * k(i) / 2, k)
+    assert history["updates"] == [1, 3, 4, updates]
+    np.testing.assert_allclose(model.get_weights()[0], expected, rtol=1e-5)
+    factor = callback.state.learning_rate_factor
+    assert float(keras.ops.convert_to_numpy(factor)) == 1.0
+
+
+def test_anneal_takes_the_last_share_of_the_epochs_and_never_grows_past():
+    x, y, w = regression(d=64, n=8192, sigma=1.0)
+    model = linear_model(w)
+    model.compile(OPTIMIZERS["sgd"](), "mse")
+    callback = klb.AdaptiveBatch(16, max_batch_size=2048, beta=0.98, c=1.0,
+                                 start_multiple=1, anneal_fraction=0.4,
+                                 anneal_multiple=2)
+    history = fit(model, x, y, callback, epochs=5, batch=16, shuffle=True)
+    batches = history["global_batch_size"]
+    # round(0.4 * 5) = 2 epochs at most 2 x 32; before them, B_simple.
+    assert batches[0] == 32
+    assert B_SIMPLE / 2 <= batches[1] == batches[2] <= 2 * B_SIMPLE
+    assert batches[3:] == [64, 64]
+    # 512 micro-batches of 16 an epoch: 128 updates of 64 in each of the
+    # last two.
+    assert np.diff(history["updates"])[-2:].tolist() == [128, 128]
+
+
 def _adascale(scale, ratio):
     if not (math.isfinite(ratio) and ratio > 0):
         return scale
@@ -323,6 +371,12 @@ def test_logs_carry_the_batch_and_the_noise_scale_each_epoch():
         ({"batch_size": 16, "max_batch_size": 64, "beta": 1.0}, "beta=1.0"),
         ({"batch_size": 16, "max_batch_size": 64, "interval": 0},
          "interval=0"),
+        ({"batch_size": 16, "anneal_fraction": 1.0}, "anneal_fraction=1.0"),
+        ({"batch_size": 16, "anneal_fraction": -0.25},
+         "anneal_fraction=-0.25"),
+        ({"batch_size": 16, "anneal_multiple": 3}, "anneal_multiple=3"),
+        ({"batch_size": 16, "policy": "schedule", "schedule": [(1, 32)],
+          "anneal_fraction": 0.25}, "anneal_fraction=0.25"),
     ],
 )
 def test_bad_argument_is_named_with_its_value(kwargs, shown):

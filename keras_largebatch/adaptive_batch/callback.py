@@ -38,10 +38,15 @@ class AdaptiveBatch(keras.callbacks.Callback):
     never below the current k nor above `max_batch_size`, and, for a
     policy without a schedule, never below `start_multiple * k0`: from the
     first epoch the batch is at least `start_multiple` times the compiled
-    one, its rate scaled by the rule. The new k takes
-    effect at the first micro-batch whose index (`optimizer._iterations`,
-    which Keras counts in micro-batches) is a multiple of it: no
-    accumulated gradient is dropped or mis-averaged. The change keeps the
+    one, its rate scaled by the rule. For a policy without a schedule,
+    over the last `anneal_fraction` of `fit`'s epochs (the last
+    `round(anneal_fraction * epochs)` of them) the batch is at most
+    `anneal_multiple * batch_size * k0`: it comes back down, so that the
+    end of the rate's decay gets the updates of a smaller batch. The new k
+    takes effect at the first micro-batch whose index
+    (`optimizer._iterations`, which Keras counts in micro-batches) is a
+    multiple of both it and the k in effect: no accumulated gradient is
+    dropped or mis-averaged. The change keeps the
     optimizer's state, the loss scale and the data position, and re-makes
     the train function once (one retrace).
 
@@ -104,6 +109,15 @@ class AdaptiveBatch(keras.callbacks.Callback):
             (`batch_size * k0`). Defaults to `defaults.START_MULTIPLE` (4)
             for a policy without a schedule; must be 1 (its default) for
             one with a schedule, which gives the batches itself.
+        anneal_fraction: Float in [0, 1): the share of `fit`'s epochs at
+            its end over which the batch is at most `anneal_multiple` times
+            the compiled one (0: none). Defaults to
+            `defaults.ANNEAL_FRACTION` (0.0) for a policy
+            without a schedule; must be 0 (its default) for one with a
+            schedule.
+        anneal_multiple: Int, a power of 2 >= 1: that largest batch, as a
+            multiple of the compiled one. Defaults to
+            `defaults.ANNEAL_MULTIPLE` (4).
         beta, interval: The `NoiseScaleOptimizer`'s, if this callback
             creates it (see `GradientNoiseScale`); `None`: the compiled
             one's, else `0.99` and `1` (every update measured: the
@@ -119,7 +133,9 @@ class AdaptiveBatch(keras.callbacks.Callback):
     def __init__(self, batch_size, max_batch_size=None,
                  policy=defaults.POLICY, c=defaults.NOISE_SCALE_MULTIPLE,
                  schedule=None, learning_rate_rule=defaults.LEARNING_RATE_RULE,
-                 beta=None, interval=None, start_multiple=None):
+                 beta=None, interval=None, start_multiple=None,
+                 anneal_fraction=None,
+                 anneal_multiple=defaults.ANNEAL_MULTIPLE):
         super().__init__()
         check_int("batch_size", batch_size, 1)
         require(policy in policies.POLICIES, "policy", policy,
@@ -135,14 +151,21 @@ class AdaptiveBatch(keras.callbacks.Callback):
         takes_schedule = policies.POLICIES[policy].takes_schedule
         if start_multiple is None:
             start_multiple = 1 if takes_schedule else defaults.START_MULTIPLE
-        require(is_number(start_multiple) and isinstance(start_multiple, int)
-                and start_multiple >= 1
-                and start_multiple & (start_multiple - 1) == 0,
-                "start_multiple", start_multiple, "a power of 2 >= 1")
+        require(_is_power_of_2(start_multiple), "start_multiple",
+                start_multiple, "a power of 2 >= 1")
+        if anneal_fraction is None:
+            anneal_fraction = 0.0 if takes_schedule else defaults.ANNEAL_FRACTION
+        check_number("anneal_fraction", anneal_fraction,
+                     lambda x: 0 <= x < 1, "in [0, 1)")
+        require(_is_power_of_2(anneal_multiple), "anneal_multiple",
+                anneal_multiple, "a power of 2 >= 1")
         if takes_schedule:
             schedule = policies.check_schedule(schedule, batch_size)
             require(start_multiple == 1, "start_multiple", start_multiple,
                     f"1 with `policy={policy!r}` (its schedule gives the "
+                    "batches)")
+            require(anneal_fraction == 0, "anneal_fraction", anneal_fraction,
+                    f"0 with `policy={policy!r}` (its schedule gives the "
                     "batches)")
             if max_batch_size is None:
                 max_batch_size = schedule[-1][1]
@@ -165,6 +188,8 @@ class AdaptiveBatch(keras.callbacks.Callback):
         self.max_batch_size = max_batch_size  # None: set in `set_model`
         self.given_max_batch_size = max_batch_size
         self.start_multiple = start_multiple
+        self.anneal_fraction = float(anneal_fraction)
+        self.anneal_multiple = anneal_multiple
         self.policy = policy
         self.c = float(c)
         self.schedule = schedule
@@ -209,7 +234,13 @@ class AdaptiveBatch(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if self.state.take_back_batch():
             self.model.make_train_function(force=True)
-        if self.state.ask_accumulation_steps(self._decide(epoch)):
+        annealing = self._annealing(epoch)
+        k = self._decide(epoch)
+        if annealing:  # Never shrinks but to the cap.
+            k = min(max(k, self.accumulation_steps),
+                    self.state.initial_accumulation_steps
+                    * self.anneal_multiple)
+        if self.state.ask_accumulation_steps(k, shrink=annealing):
             self._switch_when_aligned(0)
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -223,6 +254,14 @@ class AdaptiveBatch(keras.callbacks.Callback):
         logs["global_batch_size"] = self.global_batch_size
         logs["updates"] = int(ops.convert_to_numpy(self.state.updates))
         logs.update(self.state.result(self.batch_size))
+
+    def _annealing(self, epoch):
+        """Whether `epoch` (0-based) is one of the last
+        `round(anneal_fraction * epochs)` of this `fit`."""
+        epochs = (self.params or {}).get("epochs")
+        if not self.anneal_fraction or not epochs:
+            return False
+        return epoch >= epochs - round(self.anneal_fraction * epochs)
 
     def _b_simple(self):
         return self.state.result(self.batch_size)["gradient_noise_scale"]
@@ -283,4 +322,11 @@ class AdaptiveBatch(keras.callbacks.Callback):
             "beta": self.beta,
             "interval": self.interval,
             "start_multiple": self.start_multiple,
+            "anneal_fraction": self.anneal_fraction,
+            "anneal_multiple": self.anneal_multiple,
         }
+
+
+def _is_power_of_2(n):
+    return (is_number(n) and isinstance(n, int) and n >= 1
+            and n & (n - 1) == 0)

@@ -26,6 +26,11 @@ START_MULTIPLE = 4
 # The largest update batch when none is given, a multiple of the compiled
 # one (batch_size * k0), for the policies that grow from measurements.
 MAX_MULTIPLE = 8
+# Over the last ANNEAL_FRACTION of the epochs (0: none), the batch is at
+# most ANNEAL_MULTIPLE times the compiled one, for the policies that grow
+# from measurements.
+ANNEAL_FRACTION = 0.0
+ANNEAL_MULTIPLE = 4
 
 PREVIOUS = {"noise_scale_multiple": 1.0, "auto_rule_for_sgd": "sqrt",
             "start_multiple": 1}

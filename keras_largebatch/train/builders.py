@@ -268,7 +268,9 @@ def _adaptive_batch(adaptive, step_batch):
         policy=adaptive.adaptive_batch, c=adaptive.noise_scale_multiple,
         schedule=schedule,
         learning_rate_rule=adaptive.adaptive_learning_rate,
-        start_multiple=adaptive.adaptive_start_multiple or None)]
+        start_multiple=adaptive.adaptive_start_multiple or None,
+        anneal_fraction=None if schedule else adaptive.adaptive_anneal_fraction,
+        anneal_multiple=adaptive.adaptive_anneal_multiple)]
 
 
 def _residual_checkpoints(compression, strategy, backup_dir):

@@ -273,6 +273,19 @@ TABLE = (
         'the rate scaled by --adaptive_learning_rate; 0: '
         f'{adaptive_defaults.START_MULTIPLE} for noise_scale, 1 otherwise.',
          group='adaptive', minimum=0),
+    Flag('adaptive_anneal_fraction', 'float',
+         adaptive_defaults.ANNEAL_FRACTION,
+        'With --adaptive_batch=noise_scale: over this last share of the '
+        'epochs (round(fraction x epochs) of them), the batch is at most '
+        '--adaptive_anneal_multiple x --global_batch_size, the rate scaled '
+        'back by --adaptive_learning_rate, so that the end of the decay '
+        'takes the updates of a smaller batch; 0: none.',
+         group='adaptive', valid=UNIT),
+    Flag('adaptive_anneal_multiple', 'integer',
+         adaptive_defaults.ANNEAL_MULTIPLE,
+        'With --adaptive_anneal_fraction: the largest batch at the end of '
+        'training, as a multiple (a power of 2) of --global_batch_size.',
+         group='adaptive', minimum=1),
     Flag('noise_scale_multiple', 'float',
          adaptive_defaults.NOISE_SCALE_MULTIPLE,
         'With --adaptive_batch=noise_scale: the batch follows this multiple '
@@ -502,6 +515,21 @@ def _adaptive_start_fits(values):
             multiple, "0 or a power of 2")
 
 
+def _adaptive_anneal_fits(values):
+    """`--adaptive_anneal_fraction` only with a policy without a schedule
+    (else its default); `--adaptive_anneal_multiple` a power of 2."""
+    policy = adaptive_policies.POLICIES.get(values["adaptive_batch"])
+    fraction = values["adaptive_anneal_fraction"]
+    if not (policy and not policy.takes_schedule):
+        require(fraction == adaptive_defaults.ANNEAL_FRACTION,
+                "adaptive_anneal_fraction", fraction,
+                f"{adaptive_defaults.ANNEAL_FRACTION:g} without "
+                f"--adaptive_batch={_policies_where('takes_multiple')}")
+    multiple = values["adaptive_anneal_multiple"]
+    require(multiple & (multiple - 1) == 0, "adaptive_anneal_multiple",
+            multiple, "a power of 2")
+
+
 def start_multiple(values):
     """`--adaptive_start_multiple` of `values` ({flag: value}) with 0
     resolved: `adaptive_batch.defaults.START_MULTIPLE` for a policy without
@@ -523,6 +551,8 @@ def _policies_where(attribute):
 RULES = (
     Rule(("image_size", "model", "dataset"), _image_size_fits_the_model),
     Rule(("adaptive_batch", "adaptive_start_multiple"), _adaptive_start_fits),
+    Rule(("adaptive_batch", "adaptive_anneal_fraction",
+          "adaptive_anneal_multiple"), _adaptive_anneal_fits),
     Rule(("adaptive_batch", "max_global_batch_size", "batch_schedule",
           "noise_scale_multiple", "adaptive_start_multiple",
           "global_batch_size",

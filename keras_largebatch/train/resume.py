@@ -23,7 +23,8 @@ A run recorded before `--adaptive_start_multiple` existed (and with it the
 adaptive batch's present defaults, `adaptive_batch.defaults`) is compared
 in today's flags (`upgrade`): it resumes with the defaults it was started
 with, which the flags left out of the command take (`adopt`), so the same
-command line goes on with the same decisions.
+command line goes on with the same decisions. Likewise a run recorded
+before `--adaptive_anneal_fraction` existed resumes without an anneal.
 """
 
 import dataclasses
@@ -83,8 +84,10 @@ def check(model_dir, run_config):
 # The flags whose meaning of a default changed with the adaptive batch's
 # defaults: left out of a resuming command, they take the run's value.
 CHANGED_DEFAULTS = ("noise_scale_multiple", "adaptive_learning_rate",
-                    "adaptive_start_multiple")
+                    "adaptive_start_multiple", "adaptive_anneal_fraction",
+                    "adaptive_anneal_multiple")
 MARKER = "adaptive_start_multiple"  # absent: recorded before the change
+ANNEAL_MARKER = "adaptive_anneal_fraction"  # absent: recorded before it
 
 
 def upgrade(original):
@@ -92,11 +95,19 @@ def upgrade(original):
     before `MARKER` existed gets the adaptive batch's previous defaults
     (`adaptive_batch.defaults.PREVIOUS`): no start multiple, `auto` as it
     resolved then, and for a run without a noise-scale policy the
-    multiple it could not set (today's default)."""
-    if MARKER in original:
-        return original
+    multiple it could not set (today's default); one recorded before
+    `ANNEAL_MARKER` existed gets no anneal (a policy with a schedule, which
+    takes none, today's defaults)."""
     upgraded = dict(original)
     policy = adaptive_policies.POLICIES.get(original.get("adaptive_batch"))
+    if ANNEAL_MARKER not in original:
+        grows = policy is not None and not policy.takes_schedule
+        upgraded[ANNEAL_MARKER] = (
+            0.0 if grows else adaptive_defaults.ANNEAL_FRACTION)
+        upgraded["adaptive_anneal_multiple"] = (
+            adaptive_defaults.ANNEAL_MULTIPLE)
+    if MARKER in original:
+        return upgraded
     upgraded[MARKER] = 1 if policy else 0
     if upgraded.get("adaptive_learning_rate") == "auto" and policy:
         upgraded["adaptive_learning_rate"] = (
