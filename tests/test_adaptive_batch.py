@@ -140,16 +140,23 @@ def _reference(x, y, w, batch, rate, ks):
     return w, updates
 
 
-@pytest.mark.parametrize("policy", SCHEDULE_POLICIES)
-def test_switch_waits_for_a_micro_batch_index_that_new_k_divides(policy):
-    # 6 micro-batches an epoch: at the start of epoch 1 the counter is 6, so
-    # k = 4 starts at 8, after one more update of k = 2 (6, 7).
+def _decaying_sgd_problem():
+    """48 examples of a 4-d regression (6 micro-batches of 8 an epoch) and a
+    linear model compiled with SGD at 0.05 * 0.5**(i / 6), k0 = 2."""
     x, y, w = regression(d=4, n=48, sigma=0.5)
     schedule = keras.optimizers.schedules.ExponentialDecay(
         0.05, decay_steps=6, decay_rate=0.5)
     model = linear_model(w)
     model.compile(keras.optimizers.SGD(schedule, gradient_accumulation_steps=2),
                   "mse")
+    return x, y, w, model
+
+
+@pytest.mark.parametrize("policy", SCHEDULE_POLICIES)
+def test_switch_waits_for_a_micro_batch_index_that_new_k_divides(policy):
+    # 6 micro-batches an epoch: at the start of epoch 1 the counter is 6, so
+    # k = 4 starts at 8, after one more update of k = 2 (6, 7).
+    x, y, w, model = _decaying_sgd_problem()
     callback = klb.AdaptiveBatch(8, policy=policy, schedule=[(1, 32)],
                                  learning_rate_rule="unchanged")
     history = fit(model, x, y, callback, epochs=3, batch=8, shuffle=False)
@@ -171,12 +178,7 @@ def test_anneal_brings_the_batch_down_after_the_update_in_progress(policy):
     # cap 32 = 4 x 8). Epoch 3 of 4 is the last quarter: capped at 1 x k0.
     # Its first micro-batch is 18, inside an update of 4 (16-19): k = 2
     # starts at 20, and the rate (linear in k) halves there.
-    x, y, w = regression(d=4, n=48, sigma=0.5)
-    schedule = keras.optimizers.schedules.ExponentialDecay(
-        0.05, decay_steps=6, decay_rate=0.5)
-    model = linear_model(w)
-    model.compile(keras.optimizers.SGD(schedule, gradient_accumulation_steps=2),
-                  "mse")
+    x, y, w, model = _decaying_sgd_problem()
     callback = klb.AdaptiveBatch(8, max_batch_size=32, policy=policy,
                                  start_multiple=2, learning_rate_rule="linear",
                                  anneal_fraction=0.25, anneal_multiple=1)

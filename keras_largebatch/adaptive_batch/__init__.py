@@ -4,12 +4,15 @@ gradient noise grows.
 The update batch is `batch_size * k`: `fit` runs micro-batches of
 `batch_size` examples (all replicas together) and the optimizer accumulates
 k of them per update (Keras' `gradient_accumulation_steps`). `AdaptiveBatch`
-raises k by powers of 2 at epoch starts:
+raises k by powers of 2 at epoch starts, and lowers it to a cap over the
+last epochs if asked (`anneal_fraction`):
 
 ```python
 k = policy.accumulation_steps(inputs)    # e.g. noise_scale: near c * B_simple
 k = max(k, k_now, start_multiple * k0)      # never shrinks; no schedule:
 k = min(k, max_batch_size / batch_size)      #   from start_multiple up
+if annealing:                                # the last anneal_fraction of
+    k = min(k, anneal_multiple * k0)         #   the epochs: at most this
 rate = rule.factor(k / k0, B_simple / B0) * compiled_rate
 ```
 

@@ -52,6 +52,13 @@ SCHEDULE = ["--adaptive_batch=schedule", "--batch_schedule=1:32,2:64"]
     (SCHEDULE + ["--noise_scale_multiple=2"], "noise_scale_multiple=2.0"),
     (["--adaptive_batch=noise_scale", "--max_global_batch_size=64",
       "--noise_scale_multiple=0"], "noise_scale_multiple=0.0"),
+    (["--adaptive_batch=noise_scale", "--adaptive_anneal_fraction=1"],
+     "adaptive_anneal_fraction=1.0"),
+    (["--adaptive_batch=noise_scale", "--adaptive_anneal_multiple=3"],
+     "adaptive_anneal_multiple=3"),
+    (SCHEDULE + ["--adaptive_anneal_fraction=0.25"],
+     "adaptive_anneal_fraction=0.25"),
+    (["--adaptive_anneal_fraction=0.25"], "adaptive_anneal_fraction=0.25"),
 ])
 def test_bad_adaptive_combinations_exit_2_with_one_line_and_write_nothing(
         flags, named, tmp_path, capsys):
@@ -163,6 +170,28 @@ def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
     callback, = builders._adaptive_batch(adaptive, 8)
     assert (callback.start_multiple, callback.given_max_batch_size,
             callback.c, callback.learning_rate_rule) == (4, None, 4.0, "auto")
+    from keras_largebatch.adaptive_batch import defaults
+
+    assert (callback.anneal_fraction, callback.anneal_multiple) == (
+        defaults.ANNEAL_FRACTION, defaults.ANNEAL_MULTIPLE)
+
+
+@pytest.mark.parametrize("policy, fraction", [
+    ("noise_scale", 0.0), ("schedule", None), ("none", None)])
+def test_a_run_recorded_before_the_anneal_resumes_without_one(policy,
+                                                              fraction):
+    from keras_largebatch.adaptive_batch import defaults
+    from keras_largebatch.train import resume
+
+    old = {"adaptive_batch": policy, "adaptive_start_multiple": 0,
+           "noise_scale_multiple": 4.0, "adaptive_learning_rate": "auto"}
+    upgraded = resume.upgrade(old)
+    # A growing policy: none; else the flag's default, which it must keep.
+    assert upgraded["adaptive_anneal_fraction"] == (
+        defaults.ANNEAL_FRACTION if fraction is None else fraction)
+    assert upgraded["adaptive_anneal_multiple"] == defaults.ANNEAL_MULTIPLE
+    assert resume.upgrade(dict(old, adaptive_anneal_fraction=0.5))[
+        "adaptive_anneal_fraction"] == 0.5
 
 
 # The adaptive batch's previous defaults, spelled out.
@@ -214,3 +243,7 @@ def test_flag_choices_and_defaults_are_the_registries():
         defaults.LEARNING_RATE_RULE
     assert table["noise_scale_multiple"].default == \
         defaults.NOISE_SCALE_MULTIPLE
+    assert table["adaptive_anneal_fraction"].default == \
+        defaults.ANNEAL_FRACTION
+    assert table["adaptive_anneal_multiple"].default == \
+        defaults.ANNEAL_MULTIPLE

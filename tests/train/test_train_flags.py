@@ -135,7 +135,9 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
     outputs.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
     assert now == resume.upgrade(json.loads(text))
-    assert set(now) - set(json.loads(text)) == {"adaptive_start_multiple"}
+    assert set(now) - set(json.loads(text)) == {
+        "adaptive_start_multiple", "adaptive_anneal_fraction",
+        "adaptive_anneal_multiple"}
     raised = resume.check(str(model_dir), recorded("--epochs=2"))
     assert (raised.epochs_before, raised.epochs, raised.raised) == (1, 2,
                                                                     True)
