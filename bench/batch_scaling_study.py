@@ -108,12 +108,19 @@ GROWN = (
                     max_global_batch_size=1024,
                     adaptive_anneal_fraction=0.25,
                     adaptive_anneal_multiple=1)),
+    # The same over the last half of the epochs.
+    ("anneal_half", dict(PREVIOUS, start=4, noise_scale_multiple=4.0,
+                         adaptive_learning_rate="linear",
+                         max_global_batch_size=1024,
+                         adaptive_anneal_fraction=0.5,
+                         adaptive_anneal_multiple=1)),
 )
 # How the plot names a variant (else "grown <name>").
 LABELS = {"default": "grown, today's defaults",
           "start4_c4_linear_1024": "grown from 4x, c 4, linear, up to 8x "
                                    "(today's defaults)",
           "anneal": "grown as today's defaults, the last quarter at 4x",
+          "anneal_half": "grown as today's defaults, the last half at 4x",
           "previous": "grown, the previous defaults (c 1, sqrt)"}
 # The second workload's fixed batches (the 24-epoch study's two best), each
 # swept around its 24-epoch best rate (x 1/2, 1, 2).

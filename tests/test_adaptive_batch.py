@@ -206,7 +206,7 @@ def test_anneal_takes_the_last_share_of_the_epochs_and_never_grows_past():
                                  anneal_multiple=2)
     history = fit(model, x, y, callback, epochs=5, batch=16, shuffle=True)
     batches = history["global_batch_size"]
-    # round(0.4 * 5) = 2 epochs at most 2 x 32; before them, B_simple.
+    # 0.4 * 5 = 2 epochs at most 2 x 32; before them, B_simple.
     assert batches[0] == 32
     assert B_SIMPLE / 2 <= batches[1] == batches[2] <= 2 * B_SIMPLE
     assert batches[3:] == [64, 64]

@@ -40,7 +40,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
     first epoch the batch is at least `start_multiple` times the compiled
     one, its rate scaled by the rule. For a policy without a schedule,
     over the last `anneal_fraction` of `fit`'s epochs (the last
-    `round(anneal_fraction * epochs)` of them) the batch is at most
+    `floor(anneal_fraction * epochs + 0.5)` of them) the batch is at most
     `anneal_multiple * batch_size * k0`: it comes back down, so that the
     end of the rate's decay gets the updates of a smaller batch. The new k
     takes effect at the first micro-batch whose index
@@ -257,11 +257,13 @@ class AdaptiveBatch(keras.callbacks.Callback):
 
     def _annealing(self, epoch):
         """Whether `epoch` (0-based) is one of the last
-        `round(anneal_fraction * epochs)` of this `fit`."""
+        `floor(anneal_fraction * epochs + 0.5)` of this `fit` (a half
+        rounds up)."""
         epochs = (self.params or {}).get("epochs")
         if not self.anneal_fraction or not epochs:
             return False
-        return epoch >= epochs - round(self.anneal_fraction * epochs)
+        last = math.floor(self.anneal_fraction * epochs + 0.5)
+        return epoch >= epochs - last
 
     def _b_simple(self):
         return self.state.result(self.batch_size)["gradient_noise_scale"]
