@@ -40,7 +40,8 @@ runs `--workers` processes at a time (2 on a 2-core CPU; the GPU campaign's
 part c hands the same plan to its workers). `<out>.md` holds the tables
 (each row a configuration over its seeds: n, final accuracy mean and
 standard deviation, median updates to each target with a seed that never
-gets there counted as infinite), `<out>.png` the curve of updates to 0.90
+gets there counted as infinite; a variant that runs as another until a late
+change, seed by seed against it: `PAIRED`), `<out>.png` the curve of updates to 0.90
 against the batch (median, range over seeds) and the median accuracy
 against updates of each batch's best rate and the grown batch.
 
@@ -115,6 +116,11 @@ GROWN = (
                          adaptive_anneal_fraction=0.5,
                          adaptive_anneal_multiple=1)),
 )
+# Variants that run as another until a late change (the anneal): their runs
+# compare seed by seed with that one's on the same machine, identical up to
+# the change, so the difference is the change's alone (`_paired`).
+PAIRED = {"anneal": "start4_c4_linear_1024",
+          "anneal_half": "start4_c4_linear_1024"}
 # How the plot names a variant (else "grown <name>").
 LABELS = {"default": "grown, today's defaults",
           "start4_c4_linear_1024": "grown from 4x, c 4, linear, up to 8x "
@@ -442,7 +448,7 @@ def markdown(record):
                 + " | ".join(_fmt_to(s, t) for t in TARGETS) + " |")
         lines.append("")
     return "\n".join(lines + _above(record, summaries)
-                     + _by_epoch(record["runs"]))
+                     + _by_epoch(record["runs"]) + _paired(record["runs"]))
 
 
 def _by_epoch(runs, every=4, min_seeds=3):
@@ -482,6 +488,50 @@ def _median_of(group):
     return grid, np.median([np.interp(grid, [e[1] for e in r["evals"]],
                                       [e[2] for e in r["evals"]])
                             for r in group], axis=0)
+
+
+def _paired(runs):
+    """Lines: each `PAIRED` variant against its base, seed by seed (the
+    same seed, epochs, optimizer and machine): the final accuracy's and the
+    updates to TARGETS[-1]'s differences, and their mean and spread."""
+    import statistics
+
+    def key(r):
+        return (r["seed"], r["epochs"], r["optimizer"], r.get("machine"))
+
+    lines = []
+    for variant, base in PAIRED.items():
+        bases = {key(r): r for r in runs if r.get("variant") == base}
+        pairs = sorted(((r, bases[key(r)]) for r in runs
+                        if r.get("variant") == variant and key(r) in bases),
+                       key=lambda p: (p[0]["epochs"], p[0]["seed"]))
+        if not pairs:
+            continue
+        if not lines:
+            lines = [f"## Paired by seed: a variant against the one it runs "
+                     f"as until its change", "",
+                     "| variant | against | epochs | seeds | final val acc, "
+                     "each seed's difference | mean ± sd | updates to "
+                     f"{TARGETS[-1]}, each seed's difference |",
+                     "|---|---|---|---|---|---|---|"]
+        for epochs in sorted({a["epochs"] for a, _ in pairs}):
+            group = [(a, b) for a, b in pairs if a["epochs"] == epochs]
+            diffs = [a["val_accuracy"] - b["val_accuracy"] for a, b in group]
+            spread = (f" ± {statistics.stdev(diffs):.4f}"
+                      if len(diffs) > 1 else " (one seed)")
+            to = []
+            for a, b in group:
+                ua = updates_to(a["evals"], TARGETS[-1])
+                ub = updates_to(b["evals"], TARGETS[-1])
+                to.append("never" if ua is None or ub is None
+                          else f"{ua - ub:+,.0f}")
+            lines.append(
+                f"| {variant} | {base} | {epochs} | "
+                + ", ".join(str(a["seed"]) for a, _ in group) + " | "
+                + ", ".join(f"{d:+.4f}" for d in diffs) + " | "
+                + f"{statistics.fmean(diffs):+.4f}{spread} | "
+                + ", ".join(to) + " |")
+    return lines + [""] if lines else []
 
 
 def _above(record, summaries):

@@ -208,3 +208,25 @@ def test_accuracy_by_epoch_is_the_mean_over_seeds(study):
     assert cells[1] == "3"
     assert cells[2] == "0.8430" and cells[-1] == "0.8630"
     assert not any(line.startswith("| grown") for line in lines)
+
+
+def test_paired_differences_are_seed_by_seed_on_one_machine(study):
+    def run(variant, seed, final, crossing, machine="cpu"):
+        return dict(_run(study, 128, 0.2, seed, final,
+                         [(1, crossing - 100, 0.85), (2, crossing, 0.90)],
+                         kind=variant), machine=machine)
+
+    runs = [run("start4_c4_linear_1024", 0, 0.9050, 900),
+            run("start4_c4_linear_1024", 1, 0.9020, 1000),
+            run("start4_c4_linear_1024", 2, 0.9100, 800),
+            run("anneal", 0, 0.9080, 900), run("anneal", 1, 0.9030, 1100),
+            # Another machine's seed 2: not the base's twin, left out.
+            run("anneal", 2, 0.9000, 800, machine="gpu")]
+    row = next(line for line in study._paired(runs)
+               if line.startswith("| anneal |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # +0.0030 and +0.0010: mean +0.0020, sample sd 0.0014142.
+    assert cells[3] == "0, 1"
+    assert cells[4] == "+0.0030, +0.0010"
+    assert cells[5] == "+0.0020 ± 0.0014"
+    assert cells[6] == "+0, +100"
