@@ -101,7 +101,12 @@ GROWN = (
     ("start4_c4_linear_1024", dict(PREVIOUS, start=4, noise_scale_multiple=4.0,
                                    adaptive_learning_rate="linear",
                                    max_global_batch_size=1024)),
-    # The same, and over the last quarter of the epochs back to 512 (the
+    # As today's defaults with c = 2: 512 until 2 x B_simple rounds to
+    # 1,024, later in the run.
+    ("start4_c2_linear_1024", dict(PREVIOUS, start=4, noise_scale_multiple=2.0,
+                                   adaptive_learning_rate="linear",
+                                   max_global_batch_size=1024)),
+    # As today's defaults, and over the last quarter back to 512 (the
     # first batch, 1 x the compiled one here), the rate with it: the end of
     # the decay at a batch the fixed ones anneal well at.
     ("anneal", dict(PREVIOUS, start=4, noise_scale_multiple=4.0,
