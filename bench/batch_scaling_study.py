@@ -126,6 +126,8 @@ GROWN = (
 # the change, so the difference is the change's alone (`_paired`).
 PAIRED = {"anneal": "start4_c4_linear_1024",
           "anneal_half": "start4_c4_linear_1024"}
+# The plot draws a grown configuration from this many seeds on.
+PLOTTED_SEEDS = 3
 # How the plot names a variant (else "grown <name>").
 LABELS = {"default": "grown, today's defaults",
           "start4_c4_linear_1024": "grown from 4x, c 4, linear, up to 8x "
@@ -650,7 +652,8 @@ def plot(record, path):
                  else f", {OPTIMIZER_NAMES.get(s['optimizer'])}"),
               s["n"], [v for v in s["updates_to"][TARGETS[-1]]])
              for s in summaries.values()
-             if s["kind"] == "grown" and s["epochs"] == EPOCHS]
+             if s["kind"] == "grown" and s["epochs"] == EPOCHS
+             and s["n"] >= PLOTTED_SEEDS]
     if reference.get("grown"):
         grown.append((LABELS["previous"] + ", an epoch's grain",
                       len(reference["grown"]), reference["grown"]))
@@ -677,7 +680,8 @@ def plot(record, path):
         _median_curve(bx, by_key[config_key(s)],
                       f"fixed {batch} @ {s['rate']:g}")
     for key, group in by_key.items():
-        if key[0] == "grown" and key[1] == EPOCHS and key[5] == "sgd":
+        if (key[0] == "grown" and key[1] == EPOCHS and key[5] == "sgd"
+                and len(group) >= PLOTTED_SEEDS):
             _median_curve(bx, group, LABELS.get(key[4], f"grown {key[4]}")
                           + f" (n={len(group)})", ls="--")
     bx.set_xscale("log")
@@ -687,8 +691,10 @@ def plot(record, path):
     bx.grid(alpha=0.3)
     bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13),
               ncol=2)
+    fig.suptitle(f"Grown batches with {PLOTTED_SEEDS} seeds or more (the "
+                 "others: the tables)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
