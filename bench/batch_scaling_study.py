@@ -32,8 +32,9 @@ done:
    tuned at 128 `NORMALISED_RATE`): each batch's sweep (4 rates 2x apart
    around the small rate scaled by the square root of the batch, bracketed
    alike), its best rate with seed 1 (`NORMALISED_SEEDS`), and the grown
-   batch with the command's defaults (the `auto` rule: the rate unchanged)
-   with seeds 0-2.
+   batch (`NORMALISED_GROWN`: the command's defaults, the `auto` rule
+   leaving the rate unchanged, and the same from the small batch) with
+   seeds 0-2.
 
 Finished runs are kept in `<out>.json` and skipped on a rerun; the study
 runs `--workers` processes at a time (2 on a 2-core CPU; the GPU campaign's
@@ -120,6 +121,15 @@ GROWN = (
                          max_global_batch_size=1024,
                          adaptive_anneal_fraction=0.5,
                          adaptive_anneal_multiple=1)),
+)
+# The normalised optimizer's grown variants, as GROWN's: the command's
+# defaults, and from the small batch (today's defaults but the start).
+NORMALISED_GROWN = (
+    ("default", {}),
+    ("start1_c4_unchanged_1024", dict(noise_scale_multiple=4.0,
+                                      adaptive_learning_rate="unchanged",
+                                      adaptive_start_multiple=1,
+                                      max_global_batch_size=1024)),
 )
 # Variants that run as another until a late change (the anneal): their runs
 # compare seed by seed with that one's on the same machine, identical up to
@@ -224,7 +234,7 @@ def train_argv(spec, work_dir, data_dir=""):
         return argv + [f"--gradient_accumulation_steps={k}"]
     # The grown batch starts as 2 micro-batches of half the small batch
     # (Keras accumulates only from 2); `start` makes that batch larger.
-    flags = dict(dict(GROWN)[spec["variant"]])
+    flags = dict(dict(GROWN + NORMALISED_GROWN)[spec["variant"]])
     start = flags.pop("start", 1)
     if start != 1:
         argv = [a for a in argv if not a.startswith(
@@ -379,8 +389,9 @@ def plan(runs, busy=()):
         if NORMALISED:
             yield from sweeps(NORMALISED)
             yield from tuned(NORMALISED, NORMALISED_SEEDS[1:])
-            for seed in NORMALISED_GROWN_SEEDS:
-                yield grown_spec(GROWN[0][0], seed, optimizer=NORMALISED)
+            for variant, _ in NORMALISED_GROWN:
+                for seed in NORMALISED_GROWN_SEEDS:
+                    yield grown_spec(variant, seed, optimizer=NORMALISED)
 
     for spec in steps():
         if new(spec):

@@ -142,8 +142,12 @@ def test_plan_ends_with_the_normalised_optimizer_swept_seeded_and_grown(study):
         for r in study.sweep_rates(b, "lars_mixed")}
     grown = [s for s in lars if s["kind"] == "grown"]
     assert [(s["variant"], s["seed"], s["rate"]) for s in grown] == [
-        ("default", seed, pytest.approx(study.NORMALISED_RATE))
+        (variant, seed, pytest.approx(study.NORMALISED_RATE))
+        for variant, _ in study.NORMALISED_GROWN
         for seed in study.NORMALISED_GROWN_SEEDS]
+    start1 = study.train_argv(grown[-1], "runs")
+    assert "--adaptive_start_multiple=1" in start1
+    assert "--adaptive_learning_rate=unchanged" in start1
     argv = study.train_argv(grown[0], "runs")
     assert "--optimizer=lars_mixed" in argv
     assert "--adaptive_batch=noise_scale" in argv

@@ -115,9 +115,14 @@ def test_part_c_fills_its_workers_from_the_scaling_plan(tmp_path):
     # Seven different runs at once, the first sweep's first.
     assert args.study_workers == 7 and len(set(keys)) == 7
     assert keys[0] == "fixed|sgd|24|1024|0.4|0"
-    # A run whose kind and batch took longer than the time left waits.
-    plan.record["runs"].append(dict(busy[0]["spec"], wall_seconds=100.0,
-                                    val_accuracy=0.9, evals=[],
-                                    num_train=60000))
+    # A run whose kind and batch took longer on a GPU than the time left
+    # waits; a CPU's run (no `device`), held so that the plan skips it,
+    # says nothing of a GPU's time.
+    done = dict(busy[0]["spec"], wall_seconds=100.0, val_accuracy=0.9,
+                evals=[], num_train=60000)
+    plan.record["runs"].append(done)
+    assert plan.study.run_key(plan.next_task([], 50.0)["spec"]).split(
+        "|")[3] == "1024"
+    done["device"] = "gpu: NVIDIA H100 80GB HBM3"
     assert plan.study.run_key(plan.next_task([], 50.0)["spec"]).split(
         "|")[3] != "1024"
