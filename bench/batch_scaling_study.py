@@ -42,9 +42,10 @@ part c hands the same plan to its workers). `<out>.md` holds the tables
 (each row a configuration over its seeds: n, final accuracy mean and
 standard deviation, median updates to each target with a seed that never
 gets there counted as infinite; a variant that runs as another until a late
-change, seed by seed against it: `PAIRED`), `<out>.png` the curve of updates to 0.90
-against the batch (median, range over seeds) and the median accuracy
-against updates of each batch's best rate and the grown batch.
+change, seed by seed against it: `PAIRED`), `<out>.png` the curve of updates
+to 0.90 against the batch (median, range over seeds) and the median accuracy
+against updates of each batch's best rate and the grown batch (those with
+`PLOTTED_SEEDS` seeds or more).
 
     KERAS_BACKEND=jax python bench/batch_scaling_study.py --workers 2
     python bench/batch_scaling_study.py --report_only

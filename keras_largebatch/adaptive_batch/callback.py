@@ -154,7 +154,8 @@ class AdaptiveBatch(keras.callbacks.Callback):
         require(_is_power_of_2(start_multiple), "start_multiple",
                 start_multiple, "a power of 2 >= 1")
         if anneal_fraction is None:
-            anneal_fraction = 0.0 if takes_schedule else defaults.ANNEAL_FRACTION
+            anneal_fraction = (0.0 if takes_schedule
+                               else defaults.ANNEAL_FRACTION)
         check_number("anneal_fraction", anneal_fraction,
                      lambda x: 0 <= x < 1, "in [0, 1)")
         require(_is_power_of_2(anneal_multiple), "anneal_multiple",

@@ -269,7 +269,8 @@ def _adaptive_batch(adaptive, step_batch):
         schedule=schedule,
         learning_rate_rule=adaptive.adaptive_learning_rate,
         start_multiple=adaptive.adaptive_start_multiple or None,
-        anneal_fraction=None if schedule else adaptive.adaptive_anneal_fraction,
+        anneal_fraction=(None if schedule
+                         else adaptive.adaptive_anneal_fraction),
         anneal_multiple=adaptive.adaptive_anneal_multiple)]
 
 

@@ -276,10 +276,10 @@ TABLE = (
     Flag('adaptive_anneal_fraction', 'float',
          adaptive_defaults.ANNEAL_FRACTION,
         'With --adaptive_batch=noise_scale: over this last share of the '
-        'epochs (fraction x epochs of them, a half rounded up), the batch is at most '
-        '--adaptive_anneal_multiple x --global_batch_size, the rate scaled '
-        'back by --adaptive_learning_rate, so that the end of the decay '
-        'takes the updates of a smaller batch; 0: none.',
+        'epochs (fraction x epochs of them, a half rounded up), the batch '
+        'is at most --adaptive_anneal_multiple x --global_batch_size, the '
+        'rate scaled back by --adaptive_learning_rate, so that the end of '
+        'the decay takes the updates of a smaller batch; 0: none.',
          group='adaptive', valid=UNIT),
     Flag('adaptive_anneal_multiple', 'integer',
          adaptive_defaults.ANNEAL_MULTIPLE,
