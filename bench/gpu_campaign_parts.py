@@ -158,7 +158,9 @@ TASKS = {"a": task_a, "b": task_b, "compiled": task_a, "c": task_c}
 
 class StudyPlan:
     """Part c: the scaling study's plan (`bench/batch_scaling_study.py`'s
-    `plan`) handed out to workers; finished runs go to `record["runs"]`."""
+    `plan`) handed out to workers; finished runs go to `record["runs"]`.
+    Runs already in the study's own record (`known`, from any machine; not
+    with --smoke or `settings["skip_known"]` false) are not run again."""
 
     part, backend = "c", "jax"
 
@@ -171,12 +173,19 @@ class StudyPlan:
                       machine=f"{session['gpu'] or 'no GPU'}, "
                               f"{session['host']}", backend="jax")
         record.setdefault("started", now)
+        skip = settings.get("skip_known", True) and not args.smoke
+        self.known = (self.study.load(self.study.OUT)["runs"] if skip
+                      else [])
+
+    def done(self):
+        """The finished runs: this record's and the study's."""
+        return self.record["runs"] + self.known
 
     def next_task(self, busy, left):
         """The next run to start (a task dict), given the tasks in flight
         and the seconds left; None when nothing is left that fits."""
         specs = [t["spec"] for t in busy]
-        for spec in self.study.plan(self.record["runs"], specs):
+        for spec in self.study.plan(self.done(), specs):
             # A run that would not end in time is left for the next call.
             if left < self.estimate(spec):
                 continue
@@ -187,16 +196,16 @@ class StudyPlan:
 
     def estimate(self, spec):
         """Seconds a run should take: the longest finished GPU run of its
-        kind, batch and epochs (0 before any). Runs from a CPU, which a
-        record may hold so that the plan skips them, carry no `device`."""
-        walls = [r["wall_seconds"] for r in self.record["runs"]
+        kind, batch and epochs (0 before any); runs from a CPU carry no
+        `device`."""
+        walls = [r["wall_seconds"] for r in self.done()
                  if "device" in r and (r["kind"], r["batch"], r["epochs"])
                  == (spec["kind"], spec["batch"], spec["epochs"])]
         return max(walls, default=0.0)
 
     def complete(self):
         """Nothing is left to run, not just nothing that fits."""
-        return next(self.study.plan(self.record["runs"]), None) is None
+        return next(self.study.plan(self.done()), None) is None
 
     def finished(self, task, value, now):
         """Records a run's result; returns the line to print."""

@@ -105,8 +105,8 @@ def test_part_c_fills_its_workers_from_the_scaling_plan(tmp_path):
 
     args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
     session = dict(command="c", gpu=None, host="h", started="s")
-    plan = parts.StudyPlan(parts.C_SETTINGS, args, {"runs": []}, session,
-                           "now")
+    plan = parts.StudyPlan(dict(parts.C_SETTINGS, skip_known=False), args,
+                           {"runs": []}, session, "now")
     busy = []
     for _ in range(args.study_workers):
         task = plan.next_task(busy, float("inf"))
@@ -126,3 +126,19 @@ def test_part_c_fills_its_workers_from_the_scaling_plan(tmp_path):
     done["device"] = "gpu: NVIDIA H100 80GB HBM3"
     assert plan.study.run_key(plan.next_task([], 50.0)["spec"]).split(
         "|")[3] != "1024"
+
+
+def test_part_c_skips_the_runs_the_study_already_holds(tmp_path):
+    campaign_module = _campaign()
+    import gpu_campaign_parts as parts
+
+    args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
+    session = dict(command="c", gpu=None, host="h", started="s")
+    plan = parts.StudyPlan(parts.C_SETTINGS, args, {"runs": []}, session,
+                           "now")
+    held = {plan.study.run_key(r) for r in plan.study.load(
+        plan.study.OUT)["runs"]}
+    # Without them the plan would start with a run the study holds.
+    assert plan.study.run_key(next(plan.study.plan([]))) in held
+    task = plan.next_task([], float("inf"))
+    assert task is None or plan.study.run_key(task["spec"]) not in held
