@@ -530,7 +530,7 @@ def test_policies_and_rules_are_listed_only_in_their_registries():
 
 
 class _Kill(keras.callbacks.Callback):
-    def __init__(self, at=1):
+    def __init__(self, at):
         super().__init__()
         self.at = at
 
@@ -539,9 +539,26 @@ class _Kill(keras.callbacks.Callback):
             raise RuntimeError("killed")
 
 
+# 6 micro-batches an epoch: each change waits for its micro-batch.
+KILLED = {
+    # A schedule (16, 32, 64), killed at epoch 1's end.
+    "schedule": (dict(policy="schedule", schedule=[(1, 32), (2, 64)],
+                      learning_rate_rule="sqrt"),
+                 1, [16, 32, 64, 64]),
+    # k = 8 (start 4 x k0 = the cap 64 / 8) until the last half: k = 4 from
+    # micro-batch 16, when the update of 8 in progress at epoch 2's start
+    # (12) ends. Killed at epoch 2's end, two micro-batches into an update.
+    "annealing": (dict(max_batch_size=64, start_multiple=4,
+                       learning_rate_rule="linear", anneal_fraction=0.5,
+                       anneal_multiple=2),
+                  2, [64, 64, 32, 32]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KILLED))
 def test_killed_run_resumes_with_the_weights_of_an_uninterrupted_one(
-        tmp_path):
-    # 6 micro-batches an epoch: each change waits for its micro-batch.
+        tmp_path, case):
+    kwargs, kill_at, batches = KILLED[case]
     x, y, _ = regression(d=4, n=48, sigma=0.5)
 
     def run(*callbacks):
@@ -550,49 +567,16 @@ def test_killed_run_resumes_with_the_weights_of_an_uninterrupted_one(
         model.compile(keras.optimizers.SGD(
             keras.optimizers.schedules.ExponentialDecay(0.05, 6, 0.7),
             momentum=0.9, gradient_accumulation_steps=2), "mse")
-        adaptive = klb.AdaptiveBatch(8, policy="schedule",
-                                     schedule=[(1, 32), (2, 64)],
-                                     learning_rate_rule="sqrt")
+        adaptive = klb.AdaptiveBatch(8, **kwargs)
         return model, fit(model, x, y, [adaptive, *callbacks], epochs=4,
                           batch=8, shuffle=False)
 
     reference, history = run()
-    assert history["global_batch_size"] == [16, 32, 64, 64]
+    assert history["global_batch_size"] == batches
     backup = str(tmp_path / "backup")
     with pytest.raises(RuntimeError, match="killed"):
-        run(keras.callbacks.BackupAndRestore(backup), _Kill())
+        run(keras.callbacks.BackupAndRestore(backup), _Kill(kill_at))
     resumed, history = run(keras.callbacks.BackupAndRestore(backup))
-    assert history["global_batch_size"] == [64, 64]
-    for a, b in zip(reference.get_weights(), resumed.get_weights()):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_run_killed_while_annealing_resumes_with_the_uninterrupted_weights(
-        tmp_path):
-    # 6 micro-batches an epoch, k = 8 (start 4 x k0 = cap 64 / 8) until
-    # the last half: k = 4 from micro-batch 16, when the update of 8 in
-    # progress at epoch 2's start (12) ends. Killed at epoch 2's end
-    # (micro-batch 18, two micro-batches into an update of 4).
-    x, y, _ = regression(d=4, n=48, sigma=0.5)
-
-    def run(*callbacks):
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(keras.optimizers.SGD(
-            keras.optimizers.schedules.ExponentialDecay(0.05, 6, 0.7),
-            momentum=0.9, gradient_accumulation_steps=2), "mse")
-        adaptive = klb.AdaptiveBatch(8, max_batch_size=64, start_multiple=4,
-                                     learning_rate_rule="linear",
-                                     anneal_fraction=0.5, anneal_multiple=2)
-        return model, fit(model, x, y, [adaptive, *callbacks], epochs=4,
-                          batch=8, shuffle=False)
-
-    reference, history = run()
-    assert history["global_batch_size"] == [64, 64, 32, 32]
-    backup = str(tmp_path / "backup")
-    with pytest.raises(RuntimeError, match="killed"):
-        run(keras.callbacks.BackupAndRestore(backup), _Kill(at=2))
-    resumed, history = run(keras.callbacks.BackupAndRestore(backup))
-    assert history["global_batch_size"] == [32]
+    assert history["global_batch_size"] == batches[kill_at + 1:]
     for a, b in zip(reference.get_weights(), resumed.get_weights()):
         np.testing.assert_array_equal(a, b)
