@@ -151,14 +151,14 @@ class AdaptiveBatch(keras.callbacks.Callback):
         takes_schedule = policies.POLICIES[policy].takes_schedule
         if start_multiple is None:
             start_multiple = 1 if takes_schedule else defaults.START_MULTIPLE
-        require(_is_power_of_2(start_multiple), "start_multiple",
+        require(policies.is_power_of_2(start_multiple), "start_multiple",
                 start_multiple, "a power of 2 >= 1")
         if anneal_fraction is None:
             anneal_fraction = (0.0 if takes_schedule
                                else defaults.ANNEAL_FRACTION)
         check_number("anneal_fraction", anneal_fraction,
                      lambda x: 0 <= x < 1, "in [0, 1)")
-        require(_is_power_of_2(anneal_multiple), "anneal_multiple",
+        require(policies.is_power_of_2(anneal_multiple), "anneal_multiple",
                 anneal_multiple, "a power of 2 >= 1")
         if takes_schedule:
             schedule = policies.check_schedule(schedule, batch_size)
@@ -328,8 +328,3 @@ class AdaptiveBatch(keras.callbacks.Callback):
             "anneal_fraction": self.anneal_fraction,
             "anneal_multiple": self.anneal_multiple,
         }
-
-
-def _is_power_of_2(n):
-    return (is_number(n) and isinstance(n, int) and n >= 1
-            and n & (n - 1) == 0)

@@ -134,7 +134,7 @@ def epochs_increase(schedule):
 
 def grows_by_powers_of_2(schedule, start):
     """Whether every batch of `[(epoch, batch), ...]` is `start * 2**j`."""
-    return all(batch % start == 0 and _power_of_2(batch // start)
+    return all(batch % start == 0 and is_power_of_2(batch // start)
                for _, batch in schedule)
 
 
@@ -142,5 +142,6 @@ def _is_int(x):
     return is_number(x) and isinstance(x, int)
 
 
-def _power_of_2(n):
-    return n >= 1 and n & (n - 1) == 0
+def is_power_of_2(n):
+    """Whether `n` is an int (not a bool) among 1, 2, 4, 8, ..."""
+    return _is_int(n) and n >= 1 and n & (n - 1) == 0

@@ -511,8 +511,8 @@ def _adaptive_start_fits(values):
         require(multiple in (0, 1), "adaptive_start_multiple", multiple,
                 "0 or 1 without --adaptive_batch="
                 f"{_policies_where('takes_multiple')}")
-    require(multiple & (multiple - 1) == 0, "adaptive_start_multiple",
-            multiple, "0 or a power of 2")
+    require(multiple == 0 or adaptive_policies.is_power_of_2(multiple),
+            "adaptive_start_multiple", multiple, "0 or a power of 2")
 
 
 def _adaptive_anneal_fits(values):
@@ -526,8 +526,8 @@ def _adaptive_anneal_fits(values):
                 f"{adaptive_defaults.ANNEAL_FRACTION:g} without "
                 f"--adaptive_batch={_policies_where('takes_multiple')}")
     multiple = values["adaptive_anneal_multiple"]
-    require(multiple & (multiple - 1) == 0, "adaptive_anneal_multiple",
-            multiple, "a power of 2")
+    require(adaptive_policies.is_power_of_2(multiple),
+            "adaptive_anneal_multiple", multiple, "a power of 2")
 
 
 def start_multiple(values):
