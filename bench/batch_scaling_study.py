@@ -18,7 +18,8 @@ done:
    128 at 0.2), seed 0;
 3. a sweep whose best rate (fewest updates to 0.90, then final accuracy)
    sits at an edge is extended by one rate that way, up to twice;
-4. each batch's best rate with seeds 1 and 2;
+4. each batch's best rate with seeds 1 and 2 (`TUNED_SEEDS`; more with
+   `--tuned_seeds`);
 5. the small batch, 128 at its tuned 0.2, seeds 0-2 (quarter-epoch evals);
 6. the grown variants with seed 1, the default (and those `--follow`
    names) with seeds 2-4;
@@ -80,6 +81,8 @@ MAX_BATCH = 4096
 TARGETS = (0.88, 0.90)
 EVALS_PER_EPOCH = 4
 SEEDS, GROWN_SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)
+# The seeds of each fixed batch's best rate (`--tuned_seeds`).
+TUNED_SEEDS = SEEDS
 # The command's defaults until 2026-11-26 (adaptive_batch.defaults.PREVIOUS),
 # spelled out, up to MAX_BATCH.
 PREVIOUS = {"noise_scale_multiple": 1.0, "adaptive_learning_rate": "sqrt",
@@ -171,7 +174,8 @@ def configure(**sizes):
 
 
 SIZES = ("EPOCHS", "SECOND_EPOCHS", "SMALL_BATCH", "MICRO_BATCH", "BATCHES",
-         "MAX_BATCH", "SEEDS", "GROWN_SEEDS", "STEPS_PER_EPOCH",
+         "MAX_BATCH", "SEEDS", "GROWN_SEEDS", "TUNED_SEEDS",
+         "STEPS_PER_EPOCH",
          "EVALS_PER_EPOCH", "GROWN", "FOLLOW", "NORMALISED",
          "SECOND_BATCHES")
 
@@ -378,7 +382,7 @@ def plan(runs, busy=()):
         yield from sweeps("sgd")
         for variant, _ in GROWN:
             yield grown_spec(variant, 0)
-        yield from tuned("sgd", SEEDS[1:])
+        yield from tuned("sgd", TUNED_SEEDS[1:])
         for seed in SEEDS:
             yield fixed_spec(SMALL_BATCH, SMALL_RATE, seed)
         for seed in GROWN_SEEDS[1:]:
@@ -818,6 +822,9 @@ def main(argv=None):
     p.add_argument("--grown_seeds", type=int, default=len(GROWN_SEEDS),
                    help="seeds 0..N-1 for the default grown batch and the "
                         "variants --follow names (default %(default)s)")
+    p.add_argument("--tuned_seeds", type=int, default=len(TUNED_SEEDS),
+                   help="seeds 0..N-1 for each fixed batch's best SGD rate "
+                        "(default %(default)s)")
     p.add_argument("--max_runs", type=int, default=0,
                    help="stop starting runs after this many (0: all)")
     p.add_argument("--merge", nargs="*", default=[],
@@ -826,9 +833,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers must be >= 1. Received: {args.workers}")
-    if args.grown_seeds < 1:
-        p.error(f"--grown_seeds must be >= 1. Received: {args.grown_seeds}")
-    configure(FOLLOW=args.follow, GROWN_SEEDS=list(range(args.grown_seeds)))
+    for name in ("grown_seeds", "tuned_seeds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
+    configure(FOLLOW=args.follow, GROWN_SEEDS=list(range(args.grown_seeds)),
+              TUNED_SEEDS=list(range(args.tuned_seeds)))
     record = load(args.out)
     for path in args.merge:
         with open(path) as f:

@@ -61,6 +61,7 @@ SMOKE = dict(
     c=dict(study="batch_scaling_study", sizes=dict(
         EPOCHS=2, SECOND_EPOCHS=1, SMALL_BATCH=8, MICRO_BATCH=16,
         BATCHES=[32], MAX_BATCH=32, SEEDS=[0], GROWN_SEEDS=[0],
+        TUNED_SEEDS=[0],
         STEPS_PER_EPOCH=4, EVALS_PER_EPOCH=2, GROWN=[["default", {}]],
         NORMALISED=None, SECOND_BATCHES=[])),
 )

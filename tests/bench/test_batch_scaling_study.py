@@ -3,27 +3,14 @@ reads them (hand-computed values), the crossing of a target interpolated
 between evaluations, and the plan's order (sweeps, then a bracket extended
 at an edge, then seeds of the best rate)."""
 
-import importlib.util
 import math
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-
 
 @pytest.fixture(scope="module")
-def study():
-    import sys
-
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    spec = importlib.util.spec_from_file_location(
-        "batch_scaling_study", os.path.join(ROOT, "bench",
-                                            "batch_scaling_study.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def study(bench_module):
+    return bench_module("batch_scaling_study")
 
 
 def _run(study, batch, rate, seed, final, evals, kind="fixed"):
@@ -95,6 +82,14 @@ def test_plan_extends_a_bracket_at_its_edge_then_seeds_the_best(study):
              and s["epochs"] == study.EPOCHS and s["optimizer"] == "sgd"]
     assert [(s["rate"], s["seed"]) for s in specs] == [
         (pytest.approx(1.6), 1), (pytest.approx(1.6), 2)]
+    # `--tuned_seeds 4`: seed 3 too.
+    study.configure(TUNED_SEEDS=[0, 1, 2, 3])
+    try:
+        specs = [s for s in study.plan(runs) if s["batch"] == batch
+                 and s["epochs"] == study.EPOCHS and s["optimizer"] == "sgd"]
+        assert [s["seed"] for s in specs] == [1, 2, 3]
+    finally:
+        study.configure(TUNED_SEEDS=list(study.SEEDS))
     # A sweep with a run in flight waits.
     busy = [study.fixed_spec(1024, 0.4, 0)]
     assert all(s != busy[0] for s in study.plan(runs, busy))

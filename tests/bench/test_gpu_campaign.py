@@ -4,8 +4,6 @@ proves the code that measures them runs). A backend that is not installed is
 said and left for later; part c's workers start together and its plan is
 the scaling study's."""
 
-import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,13 +23,10 @@ pytestmark = pytest.mark.skipif(
            "run once, under the JAX suite")
 
 
-def _campaign():
+@pytest.fixture
+def campaign_module(bench_module):
     """`bench/gpu_campaign.py`, imported by its path."""
-    spec = importlib.util.spec_from_file_location(
-        "gpu_campaign_entry", os.path.join(ROOT, "bench", "gpu_campaign.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("gpu_campaign", "gpu_campaign_entry")
 
 
 @pytest.mark.skipif(data.find_fashion_mnist() is None,
@@ -84,8 +79,8 @@ def test_smoke_campaign_fills_every_part(tmp_path):
         "runs"]) == len(c["runs"])
 
 
-def test_backend_not_installed_is_said_and_its_items_wait(tmp_path, capsys):
-    campaign_module = _campaign()
+def test_backend_not_installed_is_said_and_its_items_wait(
+        tmp_path, capsys, campaign_module):
     args = campaign_module.parse_args(["--smoke", "--out", str(tmp_path / "c")])
     campaign = campaign_module.Campaign(args)
     items = [dict(key="absent|keras|lso_sgd", backend="no_such_backend")]
@@ -99,8 +94,8 @@ def test_backend_not_installed_is_said_and_its_items_wait(tmp_path, capsys):
         campaign.record, str(tmp_path / "study.md"))
 
 
-def test_part_c_fills_its_workers_from_the_scaling_plan(tmp_path):
-    campaign_module = _campaign()
+def test_part_c_fills_its_workers_from_the_scaling_plan(
+        tmp_path, campaign_module):
     import gpu_campaign_parts as parts
 
     args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
@@ -128,8 +123,8 @@ def test_part_c_fills_its_workers_from_the_scaling_plan(tmp_path):
         "|")[3] != "1024"
 
 
-def test_part_c_skips_the_runs_the_study_already_holds(tmp_path):
-    campaign_module = _campaign()
+def test_part_c_skips_the_runs_the_study_already_holds(
+        tmp_path, campaign_module):
     import gpu_campaign_parts as parts
 
     args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
