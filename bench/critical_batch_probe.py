@@ -192,12 +192,18 @@ def probe_dir(p, work_dir):
     return os.path.join(work_dir, "probe_" + probe_key(p).replace("|", "_"))
 
 
+def probe_rate(p, work_dir):
+    """Probe `p`'s constant rate: the trajectory's at its checkpoint x
+    batch / `SMALL_BATCH` (`START_RATE` for a start probe)."""
+    if p.get("start"):
+        return START_RATE
+    _, rate = at_checkpoint(work_dir, p["epoch_at"])
+    return rate * p["batch"] / bss.SMALL_BATCH
+
+
 def probe_argv(p, work_dir, data_dir=""):
     """The command's arguments of probe `p`."""
-    _, rate = at_checkpoint(work_dir, p["epoch_at"])
-    rate *= p["batch"] / bss.SMALL_BATCH
-    if p.get("start"):
-        rate = START_RATE
+    rate = probe_rate(p, work_dir)
     k = max(1, p["batch"] // bss.MICRO_BATCH)
     replaced = ("--model_dir=", "--global_batch_size=", "--epochs=",
                 "--warmup_epochs=", "--base_learning_rate=", "--seed=",
@@ -222,18 +228,14 @@ def probe_argv(p, work_dir, data_dir=""):
 def run_probe(p, work_dir, data_dir):
     argv = probe_argv(p, work_dir, data_dir)
     wall = lbs.run_command(argv)
-    start_loss, rate = at_checkpoint(work_dir, p["epoch_at"])
+    start_loss, _ = at_checkpoint(work_dir, p["epoch_at"])
     row = _history(probe_dir(p, work_dir))[-1]
     noise = row.get("gradient_noise_scale") or "nan"
     with open(os.path.join(probe_dir(p, work_dir), "summary.json")) as f:
         examples = json.load(f)["num_train"]
     if p.get("steps"):
         examples = min(examples, p["steps"] * p["batch"])
-    if p.get("start"):
-        rate = START_RATE
-    else:
-        rate *= p["batch"] / bss.SMALL_BATCH
-    return dict(p, rate=rate,
+    return dict(p, rate=probe_rate(p, work_dir),
                 start_val_loss=start_loss, val_loss=float(row["val_loss"]),
                 val_accuracy=float(row["val_accuracy"]),
                 train_loss=float(row["loss"]), b_simple=float(noise),
