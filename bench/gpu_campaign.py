@@ -4,43 +4,27 @@ Parts, in order of value, each a list of items that are measured once:
 
 a. ResNet-50 training images/s at 224x224, batch 256, `mixed_float16`, one
    synthetic batch on the device, the step `fit` compiles, median of 20
-   steps after 5 warm-up steps (`bench/applications.py`'s
+   steps after 5 warm-up steps (`bench/micro/applications.py`'s
    `fit_images_per_s`): Keras' `LossScaleOptimizer(SGD)` against
    `LARSMixed` on JAX and torch first, then the other items.
-b. The optimizer-step times and ratios of `bench/optimizer_step.py`
+b. The optimizer-step times and ratios of `bench/micro/optimizer_step.py`
    (its `measure_backend`), JAX and torch.
 cuda. The fusion kernels' device test (`native/tests/device_test.sh`):
    `Convert<GpuDevice, In, Out>` against the CPU functor bit for bit, built
    by nvcc with the Eigen headers `--prepare` packed (no TensorFlow).
 compiled. Part a's torch items with the step Keras compiles
    (`jit_compile=True`, torch.compile): LSO(SGD) and LARSMixed.
-c. `bench/batch_scaling_study.py`'s plan (fixed-batch rate sweeps, seeds,
-   the grown batch's variants), `--study_workers` processes side by side
-   on the one GPU, each run `keras_largebatch.train.main.main(argv)` in a
-   long-lived worker.
+c. A study plan (`--study_plan`, default `depth`: LARS at depth,
+   `bench/study/plans.py`) run by the study's runner (`bench/study.py
+   run`), `--study_workers` processes side by side on the one GPU, into
+   the plan's own record under `bench/results/` (which travels with the
+   tree, so a call skips what an earlier one ran).
 
-Each backend runs in its own process (Keras fixes it at import). Finished
-items are kept in `<out>.json` and skipped by a rerun, so each call can be
-one short device command: `--budget_seconds` (default 420) stops starting
-work that would not end in time and stops what runs at the deadline
-(losing only the item in progress). `<out>.md` holds the tables, the
-device, the versions, the dates and the commands.
-
-    python bench/gpu_campaign.py --prepare .gpu_campaign   # here, once
-    python bench/gpu_campaign.py --data_dir .gpu_campaign/fashion-mnist
-    python bench/gpu_campaign.py --smoke --out /tmp/smoke  # a CPU, minutes
-
-`--prepare DIR` puts the wheels the GPU image lacks, Fashion-MNIST and the
-Eigen headers into DIR and prints the device command. `--smoke` runs every
-part with tiny sizes, through the same code (part c on Fashion-MNIST, as
-the GPU runs; the device test compiled only). A backend that is not
-installed is said once; its items are left for a call where it is.
-`bench/gpu_campaign_rehearsal.sh` rehearses the GPU image on a CPU: a
-Python 3.12 venv with the image's packages, then only the prepared wheels,
-then `--smoke`.
-
-The code: `gpu_campaign_runner.py` (workers, budget, record),
-`gpu_campaign_parts.py` (the parts' settings and tasks, part c's plan),
+Each backend runs in its own process; finished items are kept in
+`<out>.json` and skipped by a rerun; `--budget_seconds` (default 420)
+starts nothing that would not end in time. How to prepare, run and
+rehearse it: bench/README.md. The code: `gpu_campaign_runner.py` (workers,
+budget, record), `gpu_campaign_parts.py` (the parts' settings and tasks),
 `gpu_campaign_report.py` (`<out>.md`), `gpu_campaign_prepare.py`
 (`--prepare`); this file parses the arguments and runs the parts.
 """
@@ -59,6 +43,10 @@ import gpu_campaign_parts as parts  # noqa: E402
 import gpu_campaign_prepare  # noqa: E402
 import gpu_campaign_report  # noqa: E402
 import gpu_campaign_runner as runner  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "study"))
+import plans  # noqa: E402
+import runner as study_runner  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "gpu_campaign")
 PARTS = ("a", "b", "cuda", "compiled", "c")
@@ -97,8 +85,11 @@ def parse_args(argv=None):
                    help="Fashion-MNIST's folder (default: where the training "
                         "command looks)")
     p.add_argument("--study_workers", type=int, default=0,
-                   help="processes sharing the GPU in part c (default 7; 2 "
+                   help="processes sharing the GPU in part c (default 8; 2 "
                         "with --smoke)")
+    p.add_argument("--study_plan", default="",
+                   help="the plan part c runs (bench/study/plans.py; default "
+                        "depth, smoke with --smoke)")
     p.add_argument("--work_dir", default="",
                    help="model folders of the study's runs (default: "
                         "runs/gpu_campaign; OUT_runs with --smoke)")
@@ -121,7 +112,8 @@ def parse_args(argv=None):
                     f"Received: {backend}")
     if args.study_workers < 0:
         p.error(f"--study_workers must be >= 0. Received: {args.study_workers}")
-    args.study_workers = args.study_workers or (2 if args.smoke else 7)
+    args.study_workers = args.study_workers or (2 if args.smoke else 8)
+    args.study_plan = args.study_plan or ("smoke" if args.smoke else "depth")
     if args.budget_seconds is None:
         args.budget_seconds = 0 if args.smoke else 420
     if args.budget_seconds < 0:
@@ -171,14 +163,37 @@ def run_cuda(campaign):
     return store["passed"]
 
 
-def run_c(campaign, settings):
-    """Part c over `--study_workers` JAX workers sharing the device."""
-    record = campaign.record.setdefault("c", {"runs": []})
-    plan = parts.StudyPlan(settings, campaign.args, record, campaign.session,
-                           runner.now())
-    count = campaign.args.study_workers
-    env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{0.9 / count:.2f}"}
-    record["complete"] = campaign.run_pool(plan, count, env)
+def run_c(campaign):
+    """Part c: the study plan `--study_plan` run by `bench/study.py run`,
+    `--study_workers` processes side by side, within the budget left;
+    True once the plan has nothing left to run."""
+    args = campaign.args
+    record = campaign.record.setdefault("c", {})
+    results = (os.path.dirname(os.path.abspath(args.out)) if args.smoke
+               else os.path.join(HERE, "results"))
+    count = args.study_workers
+    env = dict(Worker.environ, KERAS_BACKEND="jax",
+               XLA_PYTHON_CLIENT_MEM_FRACTION=f"{0.9 / count:.2f}")
+    left = campaign.left()
+    cmd = [sys.executable, os.path.join(HERE, "study.py"), "run",
+           args.study_plan, "--workers", str(count), "--results", results,
+           "--work_dir", args.work_dir]
+    if left != float("inf"):
+        cmd += ["--budget", str(max(int(left) - 20, 1))]
+    if args.data_dir:
+        cmd += ["--data_dir", args.data_dir]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    print("\n".join(f"c {line}" for line in lines), flush=True)
+    if proc.returncode:
+        print(proc.stderr[-2000:], flush=True)
+    plan = plans.PLANS[args.study_plan]
+    runs = study_runner.load(os.path.join(results, plan.record + ".json"))
+    done = {study_runner.run_key(r) for r in runs}
+    record.update(plan=plan.name, record=plan.record,
+                  lines=record.get("lines", []) + lines,
+                  complete=all(study_runner.run_key(s) in done
+                               for s in plan.all_specs(runs)))
     return record["complete"]
 
 
@@ -206,7 +221,7 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     campaign = Campaign(args)
     settings = parts.SMOKE if args.smoke else dict(
-        a=parts.A_SETTINGS, b=parts.B_SETTINGS, c=parts.C_SETTINGS)
+        a=parts.A_SETTINGS, b=parts.B_SETTINGS)
     a_items = parts.SMOKE_A if args.smoke else parts.A_ITEMS
     compiled = parts.SMOKE_COMPILED if args.smoke else parts.COMPILED_ITEMS
     def chosen(items):
@@ -226,7 +241,7 @@ def main(argv=None):
         "compiled": lambda: campaign.run_items(
             "compiled", chosen(parts.a_items(compiled, compiled=True)),
             settings["a"], item_seconds=args.compiled_seconds),
-        "c": lambda: run_c(campaign, settings["c"]),
+        "c": lambda: run_c(campaign),
     }
     complete = True
     try:
@@ -242,7 +257,7 @@ def main(argv=None):
     except Deadline:
         complete = False
     campaign.save()
-    print(markdown(campaign.record, args.out + "_study.md"))
+    print(markdown(campaign.record))
     missing = campaign.session.get("not_installed")
     if complete and missing:
         print("campaign not complete: " + "; ".join(

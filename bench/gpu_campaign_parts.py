@@ -4,21 +4,18 @@ measures and how.
 Each part is a list of tasks (JSON dicts) that a worker process runs with
 `TASKS[part](task)`:
 
-a. `task_a`: ResNet-50 training images/s (`bench/applications.py`'s
+a. `task_a`: ResNet-50 training images/s (`bench/micro/applications.py`'s
    `build_model` and `fit_images_per_s`), one (backend, model, optimizer)
    item a task; the `compiled` part is the same with `jit_compile=True`;
-b. `task_b`: the optimizer-step times of `bench/optimizer_step.py`'s
+b. `task_b`: the optimizer-step times of `bench/micro/optimizer_step.py`'s
    `measure_backend`, one backend a task;
-c. `task_c`: one run of the scaling study (`bench/batch_scaling_study.py`),
-   `keras_largebatch.train.main.main(argv)` in the worker. `StudyPlan`
-   hands out the runs in the study's order of value and records what comes
-   back.
+part c is not a worker task: `bench/gpu_campaign.py`'s `run_c` hands a
+study plan to the study's runner (`bench/study.py run`).
 """
 
 import importlib.util
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,10 +41,6 @@ B_SETTINGS = dict(steps=20, optimizers=None)
 B_BACKENDS = ("jax", "torch")
 # The torch step Keras compiles (`jit_compile=True`, torch.compile).
 COMPILED_ITEMS = [("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed")]
-# Part c: `bench/batch_scaling_study.py`'s plan, its runs side by side on
-# the one GPU (`--study_workers`).
-C_SETTINGS = dict(study="batch_scaling_study")
-
 SMOKE_A = [("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
            ("torch", "keras", "lars_mixed"), ("torch", "v1", "lamb_mixed")]
 # torch.compile of a ResNet-50 takes minutes on a CPU: the smoke compiles
@@ -58,22 +51,16 @@ SMOKE_COMPILED = [("torch", "cifar8", "lars_mixed")]
 SMOKE = dict(
     a=dict(size=32, batch=2, steps=2, warmup=1, precision="mixed_float16"),
     b=dict(steps=2, optimizers=["LSO(SGD)", "LARSMixed"]),
-    c=dict(study="batch_scaling_study", sizes=dict(
-        EPOCHS=2, SECOND_EPOCHS=1, SMALL_BATCH=8, MICRO_BATCH=16,
-        BATCHES=[32], MAX_BATCH=32, SEEDS=[0], GROWN_SEEDS=[0],
-        TUNED_SEEDS=[0],
-        STEPS_PER_EPOCH=4, EVALS_PER_EPOCH=2, GROWN=[["default", {}]],
-        NORMALISED=None, SECOND_BATCHES=[])),
 )
 
 
 def bench_module(name):
     """`bench/<name>.py`, imported by its path (the repository's top-level
-    `applications/` package must not shadow `bench/applications.py`)."""
+    `applications/` package must not shadow `bench/micro/applications.py`)."""
     key = "bench_" + name
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(
-            key, os.path.join(HERE, name + ".py"))
+            key, os.path.join(HERE, "micro", name + ".py"))
         sys.modules[key] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[key])
     return sys.modules[key]
@@ -130,87 +117,4 @@ def task_b(task):
     return ms
 
 
-def task_c(task):
-    """One run of the scaling study: the command in this worker."""
-    import gc
-
-    import keras
-
-    from keras_largebatch.train import main as train_main
-
-    study = bench_module(task["settings"]["study"])
-    study.configure(**task["settings"].get("sizes", {}))
-    keras.backend.clear_session()
-    gc.collect()
-    start = time.perf_counter()
-    argv = study.train_argv(task["spec"], task["work_dir"], task["data_dir"])
-    code = train_main.main(["keras-largebatch-train", *argv])
-    if code:
-        raise RuntimeError(f"keras-largebatch-train exited {code}")
-    return study.collect(task["spec"], task["work_dir"],
-                         time.perf_counter() - start)
-
-
-TASKS = {"a": task_a, "b": task_b, "compiled": task_a, "c": task_c}
-
-
-# ---------------------------------------------------------------- part c
-
-
-class StudyPlan:
-    """Part c: the scaling study's plan (`bench/batch_scaling_study.py`'s
-    `plan`) handed out to workers; finished runs go to `record["runs"]`.
-    Runs already in the study's own record (`known`, from any machine; not
-    with --smoke or `settings["skip_known"]` false) are not run again."""
-
-    part, backend = "c", "jax"
-
-    def __init__(self, settings, args, record, session, now):
-        self.study = bench_module(settings["study"])
-        self.study.configure(**settings.get("sizes", {}))
-        self.settings, self.args, self.record = settings, args, record
-        record.setdefault("runs", [])
-        record.update(settings=settings, command=session["command"],
-                      machine=f"{session['gpu'] or 'no GPU'}, "
-                              f"{session['host']}", backend="jax")
-        record.setdefault("started", now)
-        skip = settings.get("skip_known", True) and not args.smoke
-        self.known = (self.study.load(self.study.OUT)["runs"] if skip
-                      else [])
-
-    def done(self):
-        """The finished runs: this record's and the study's."""
-        return self.record["runs"] + self.known
-
-    def next_task(self, busy, left):
-        """The next run to start (a task dict), given the tasks in flight
-        and the seconds left; None when nothing is left that fits."""
-        specs = [t["spec"] for t in busy]
-        for spec in self.study.plan(self.done(), specs):
-            # A run that would not end in time is left for the next call.
-            if left < self.estimate(spec):
-                continue
-            return dict(spec=spec, settings=self.settings,
-                        work_dir=self.args.work_dir,
-                        data_dir=self.args.data_dir)
-        return None
-
-    def estimate(self, spec):
-        """Seconds a run should take: the longest finished GPU run of its
-        kind, batch and epochs (0 before any); runs from a CPU carry no
-        `device`."""
-        walls = [r["wall_seconds"] for r in self.done()
-                 if "device" in r and (r["kind"], r["batch"], r["epochs"])
-                 == (spec["kind"], spec["batch"], spec["epochs"])]
-        return max(walls, default=0.0)
-
-    def complete(self):
-        """Nothing is left to run, not just nothing that fits."""
-        return next(self.study.plan(self.done()), None) is None
-
-    def finished(self, task, value, now):
-        """Records a run's result; returns the line to print."""
-        self.record["runs"].append(dict(value, finished=now))
-        return (f"c {self.study.run_key(value)}: val "
-                f"{value['val_accuracy']:.4f} "
-                f"({value['wall_seconds']:.0f} s)")
+TASKS = {"a": task_a, "b": task_b, "compiled": task_a}

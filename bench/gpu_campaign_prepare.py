@@ -82,5 +82,6 @@ def device_command(folder):
         "PYTHONUNBUFFERED=1 || exit;")
     run = (f"python3 bench/gpu_campaign.py --data_dir {folder}/fashion-mnist "
            f"--eigen {folder}/eigen.tar.gz 2>&1 | tee $OUT/campaign.log;")
-    back = "cp bench/results/gpu_campaign* $OUT/"
+    back = ("cp bench/results/gpu_campaign* bench/results/lars_depth_study.json"
+            " $OUT/ 2>/dev/null")
     return f"{install} {run} {back}"

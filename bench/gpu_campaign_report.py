@@ -2,17 +2,15 @@
 
 A table of the calls (device, host, versions, command), then one section
 per part: a's images/s and its targets, b's optimizer-step times and
-ratios, the device test, the compiled torch step, and c's study tables
-(`bench/batch_scaling_study.py`'s `markdown`, also written to
-`<out>_study.md`).
+ratios, the device test, the compiled torch step, and c's study runs (the
+tables are the study's report: `python bench/study.py report`).
 """
 
 import gpu_campaign_parts as parts
 
 
-def markdown(record, study_path):
-    """The tables of `record`; part c's study report is also written to
-    `study_path`."""
+def markdown(record):
+    """The tables of `record`."""
     lines = ["# GPU campaign (`bench/gpu_campaign.py`)", ""]
     if record.get("smoke"):
         lines += ["**Smoke run**: tiny sizes on whatever machine ran it; the "
@@ -73,7 +71,7 @@ def markdown(record, study_path):
                  ("LAMBMixed", "LSO(Adam)")]
         names = [n for pair in pairs for n in pair]
         lines += [
-            "", "## b. Optimizer step (`bench/optimizer_step.py`)", "",
+            "", "## b. Optimizer step (`bench/micro/optimizer_step.py`)", "",
             f"ResNet-50's trainable variables, median of "
             f"{b['settings']['steps']} steps, wall-clock ms.", "",
             "| backend | device | " + " | ".join(names) + " | "
@@ -124,14 +122,10 @@ def markdown(record, study_path):
             lines += ["", "LARSMixed / LSO(SGD), compiled: "
                       f"{lars['images_per_s'] / lso['images_per_s']:.3f}"]
     c = record.get("c")
-    if c and c.get("runs"):
-        study = parts.bench_module(c["settings"]["study"])
-        text = study.markdown(c)
-        with open(study_path, "w") as f:
-            f.write(text + "\n")
-        lines += ["", "## c. " + text.splitlines()[0].lstrip("# ")]
-        lines += ["#" + line if line.startswith("#") else line
-                  for line in text.splitlines()[1:]]
+    if c and c.get("lines"):
+        lines += ["", f"## c. The study plan `{c['plan']}` (record "
+                  f"`{c['record']}.json`; complete: {c['complete']})", ""]
+        lines += [f"- {line}" for line in c["lines"]]
     return "\n".join(lines) + "\n"
 
 

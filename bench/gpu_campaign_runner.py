@@ -6,8 +6,8 @@ backend (Keras fixes it at import): it reads one JSON task a line and
 answers one `RESULT` or `FAILED` line each. A `Campaign` keeps the record
 (`<out>.json`, resumed from, and `<out>.md`), starts no task that would end
 after the deadline and stops what runs at it (`Deadline`), and runs a
-part's tasks over its workers: one worker at a time per backend
-(`run_items`), or several sharing the device (`run_pool`).
+part's tasks over its workers, one worker at a time per backend
+(`run_items`).
 """
 
 import datetime
@@ -130,8 +130,7 @@ class Campaign:
         self.session["seconds"] = round(
             time.time() - _parse(self.session["started"]), 1)
         atomic_write(self.path, json.dumps(self.record, indent=1))
-        atomic_write(self.args.out + ".md",
-                     report.markdown(self.record, self.args.out + "_study.md"))
+        atomic_write(self.args.out + ".md", report.markdown(self.record))
 
     def left(self):
         return self.deadline - time.time()
@@ -159,10 +158,6 @@ class Campaign:
             print(f"part {part}: {backend} is not installed here; its "
                   f"{count} item(s) are not measured", flush=True)
         return False
-
-    def start(self, backend, env=()):
-        """A new worker, once it is ready (other workers' lines are kept)."""
-        return self.start_many(backend, 1, env)[0]
 
     def run_items(self, part, items, settings, item_seconds=None):
         """Runs the `items` (task dicts with a `key` and a `backend`) not yet
@@ -230,73 +225,28 @@ class Campaign:
                 worker.stop()
         return all(i["key"] in done or i["key"] in failed for i in todo)
 
-    def run_pool(self, plan, count, env=()):
-        """Runs `plan`'s tasks over up to `count` workers of its backend at
-        once: `plan.next_task(busy, seconds_left)` gives the next (None:
-        nothing that fits), `plan.finished(task, result, now)` records one
-        and gives the line to print. The workers start together, as many as
-        there are tasks for. Returns `plan.complete()`."""
-        workers, busy = [], {}
+    def start(self, backend, env=()):
+        """A new worker, once it is ready (other workers' lines are kept)."""
+        worker, others = Worker(backend, self.results, self.log_path, env), []
         try:
             while True:
-                tasks = []
-                while len(busy) + len(tasks) < count:
-                    task = plan.next_task(
-                        list(busy.values()) + tasks, self.left())
-                    if task is None:
-                        break
-                    tasks.append(task)
-                idle = [w for w in workers if w not in busy]
-                if len(idle) < len(tasks):
-                    workers += self.start_many(plan.backend,
-                                               len(tasks) - len(idle), env)
-                    idle = [w for w in workers if w not in busy]
-                for worker, task in zip(idle, tasks):
-                    worker.send(dict(task, part=plan.part))
-                    busy[worker] = task
-                if not busy:
-                    break
                 got, tag, value = self.wait()
-                if got not in busy:
-                    continue
-                if tag == "RESULT":
-                    line = plan.finished(busy.pop(got), value, now())
-                    self.save()
-                    print(line, flush=True)
-                elif tag in ("FAILED", "EXIT"):
-                    raise SystemExit(f"part {plan.part} {busy[got]} failed "
-                                     f"({tag}): {value}; see {self.log_path}")
-        finally:
-            for worker in workers:
-                worker.stop()
-        return plan.complete()
-
-    def start_many(self, backend, count, env=()):
-        """`count` new workers, started together, once all are ready."""
-        new = [Worker(backend, self.results, self.log_path, env)
-               for _ in range(count)]
-        waiting, others = set(new), []
-        try:
-            while waiting:
-                got, tag, value = self.wait()
-                if got not in waiting:
+                if got is not worker:
                     others.append((got, tag, value))
                 elif tag == "READY":
-                    waiting.discard(got)
                     # A campaign on a CPU would spend its budget measuring
                     # nothing: only the smoke may run there.
                     if not self.args.smoke and value["device"].startswith("cpu"):
-                        for worker in new:
-                            worker.stop()
+                        worker.stop()
                         sys.exit(f"{backend} sees no GPU ({value['device']});"
                                  " the campaign needs one (or --smoke)")
+                    return worker
                 else:
                     sys.exit(f"a {backend} worker ended ({tag}) before "
                              f"starting; see {self.log_path}")
         finally:
             for line in others:
                 self.results.put(line)
-        return new
 
 
 def now():

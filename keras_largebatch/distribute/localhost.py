@@ -1,6 +1,6 @@
 """Localhost clusters: start workers on 127.0.0.1, wait, kill on timeout.
 
-The one launcher of the package: the multi-worker tests, `bench/allreduce.py`
+The one launcher of the package: the multi-worker tests, `bench/micro/allreduce.py`
 and the cost model's `measure_localhost` all start their workers with
 `start` and bound them with `wait` (or `run`, which does both). Each worker
 gets its own `TF_CONFIG` (`{"cluster": {"worker": [...]}, "task": ...}`) on

@@ -1,8 +1,8 @@
 """`bench/gpu_campaign.py --smoke`: every part runs, on JAX and torch, and
 lands in the JSON and the Markdown (the GPU numbers need a GPU; this only
 proves the code that measures them runs). A backend that is not installed is
-said and left for later; part c's workers start together and its plan is
-the scaling study's."""
+said and left for later; part c hands a study plan to the study's runner
+(LARS at depth on a GPU)."""
 
 import json
 import os
@@ -57,14 +57,16 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert compiled["results"]["torch|cifar8|lars_mixed|compiled"][
         "images_per_s"] > 0
     c = record["c"]
-    assert c["complete"]
-    assert {r["kind"] for r in c["runs"]} == {"fixed", "grown"}
-    assert all(r["backend"] == "jax" and r["evals"] for r in c["runs"])
+    assert c["complete"] and c["plan"] == "smoke"
+    # Part c's runs are the study runner's, in the plan's own record.
+    runs = json.loads((tmp_path / "smoke_study.json").read_text())["runs"]
+    assert {r["kind"] for r in runs} == {"fixed", "grown"}
+    assert all(r["backend"] == "jax" and r["evals"] for r in runs)
 
     table = out.with_suffix(".md").read_text()
     for heading in ("## a. ResNet-50 training throughput",
                     "## b. Optimizer step", "## cuda.", "## compiled.",
-                    "## c. Updates to a target against the batch"):
+                    "## c. The study plan `smoke`"):
         assert heading in table
     assert "LARSMixed / LSO(SGD) on torch >= 0.97:" in table
 
@@ -75,8 +77,8 @@ def test_smoke_campaign_fills_every_part(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(out.with_suffix(".json").read_text())["a"] == record["a"]
-    assert len(json.loads(out.with_suffix(".json").read_text())["c"][
-        "runs"]) == len(c["runs"])
+    assert json.loads((tmp_path / "smoke_study.json").read_text())[
+        "runs"] == runs
 
 
 def test_backend_not_installed_is_said_and_its_items_wait(
@@ -91,49 +93,12 @@ def test_backend_not_installed_is_said_and_its_items_wait(
     assert campaign.record["a"]["results"] == {}
     assert campaign.session["not_installed"] == {"no_such_backend": ["a"]}
     assert "no_such_backend not installed: a" in campaign_module.markdown(
-        campaign.record, str(tmp_path / "study.md"))
+        campaign.record)
 
 
-def test_part_c_fills_its_workers_from_the_scaling_plan(
-        tmp_path, campaign_module):
-    import gpu_campaign_parts as parts
-
-    args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
-    session = dict(command="c", gpu=None, host="h", started="s")
-    plan = parts.StudyPlan(dict(parts.C_SETTINGS, skip_known=False), args,
-                           {"runs": []}, session, "now")
-    busy = []
-    for _ in range(args.study_workers):
-        task = plan.next_task(busy, float("inf"))
-        busy.append(task)
-    keys = [plan.study.run_key(t["spec"]) for t in busy]
-    # Seven different runs at once, the first sweep's first.
-    assert args.study_workers == 7 and len(set(keys)) == 7
-    assert keys[0] == "fixed|sgd|24|1024|0.4|0"
-    # A run whose kind and batch took longer on a GPU than the time left
-    # waits; a CPU's run (no `device`), held so that the plan skips it,
-    # says nothing of a GPU's time.
-    done = dict(busy[0]["spec"], wall_seconds=100.0, val_accuracy=0.9,
-                evals=[], num_train=60000)
-    plan.record["runs"].append(done)
-    assert plan.study.run_key(plan.next_task([], 50.0)["spec"]).split(
-        "|")[3] == "1024"
-    done["device"] = "gpu: NVIDIA H100 80GB HBM3"
-    assert plan.study.run_key(plan.next_task([], 50.0)["spec"]).split(
-        "|")[3] != "1024"
-
-
-def test_part_c_skips_the_runs_the_study_already_holds(
-        tmp_path, campaign_module):
-    import gpu_campaign_parts as parts
-
-    args = campaign_module.parse_args(["--out", str(tmp_path / "c")])
-    session = dict(command="c", gpu=None, host="h", started="s")
-    plan = parts.StudyPlan(parts.C_SETTINGS, args, {"runs": []}, session,
-                           "now")
-    held = {plan.study.run_key(r) for r in plan.study.load(
-        plan.study.OUT)["runs"]}
-    # Without them the plan would start with a run the study holds.
-    assert plan.study.run_key(next(plan.study.plan([]))) in held
-    task = plan.next_task([], float("inf"))
-    assert task is None or plan.study.run_key(task["spec"]) not in held
+def test_part_c_runs_lars_at_depth_side_by_side_by_default(campaign_module):
+    args = campaign_module.parse_args(["--out", "c"])
+    assert (args.study_plan, args.study_workers) == ("depth", 8)
+    smoke = campaign_module.parse_args(["--smoke", "--out", "c"])
+    assert (smoke.study_plan, smoke.study_workers) == ("smoke", 2)
+    assert args.study_plan in campaign_module.plans.PLANS

@@ -5,7 +5,7 @@ are packed into one buffer and unpacked back, inside `tf.function`, as the
 fused all-reduce does: float32 -> float32, and float32 -> float16 scaled by
 1/8 and back (fp16 transport). Medians over `--repeats` calls after a warm-up.
 
-    python bench/native_pack.py [--repeats 10]
+    python bench/micro/native_pack.py [--repeats 10]
 """
 
 import argparse
@@ -94,7 +94,7 @@ def main():
         "native_available": native.native_ops_available(),
         "rows": rows,
     }
-    path = os.path.join(os.path.dirname(__file__), "results", "native_pack.json")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "native_pack.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, json.dumps(out, indent=2))
     print(f"\nwrote {path}")

@@ -1,31 +1,38 @@
-"""`bench/critical_batch_probe.py`: a batch's efficiency read off the small
+"""`bench/study/probes.py`: a batch's efficiency read off the small
 batch's validation-loss curve (hand-computed), McCandlish's B_noise
-recovered from its own closed form, the critical batch at a tolerance, the
-batch the defaults ask for from B_simple, and a probe's command line (the
-rate linear in the batch, constant; the checkpoint; batch norm over at most
-256)."""
+recovered from its own closed form, the critical batch at a tolerance and
+the batch the defaults ask for from B_simple."""
 
 import os
+import sys
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))), "bench", "study"))
+
+import plans  # noqa: E402
+import probes  # noqa: E402
+
 
 @pytest.fixture(scope="module")
-def probe(bench_module):
-    return bench_module("critical_batch_probe")
+def probe():
+    return probes
 
 
 def _small(seed, start, curve):
     """The small batch's probes of one seed, one per point of `curve`,
     the last the whole epoch."""
-    return [dict(epoch_at=3, batch=128, seed=seed, start_val_loss=start,
+    return [dict(phase="probe", epoch_at=3, batch=128, seed=seed,
+                 start_val_loss=start,
                  val_loss=loss, examples=x, b_simple=float("nan"),
                  steps=None if x == 60000 else x // 128)
             for x, loss in curve]
 
 
 def _large(batch, end, b_simple=float("nan"), seed=1):
-    return dict(epoch_at=3, batch=batch, seed=seed, start_val_loss=0.60,
+    return dict(phase="probe", epoch_at=3, batch=batch, seed=seed,
+                start_val_loss=0.60,
                 val_loss=end, examples=60000, b_simple=b_simple, steps=None)
 
 
@@ -86,7 +93,8 @@ def test_efficiency_is_the_small_batchs_examples_over_the_batchs(probe):
     # start: 1,024's 0.56 now lies between the start (0.58) and seed 1's
     # first point (0.50): 30,000 * 0.02 / 0.08 = 7,500 (0.125), and on seed
     # 2's, 30,000 * 0.02 / 0.06 = 10,000 (1/6).
-    start = dict(probe.start_spec(3), val_loss=0.58, examples=128,
+    start = dict(plans.probe(3, 128, 1, 1, start=True), val_loss=0.58,
+                 examples=128,
                  start_val_loss=0.60, b_simple=float("nan"))
     again = probe.analyse([start, *a, *b, _large(1024, 0.56)])[3]
     assert again["start_val_loss"] == 0.58
@@ -129,32 +137,3 @@ def test_the_defaults_batch_from_b_simple(probe):
     assert probe.policy_batch(5000.0) == 1024
     assert probe.policy_batch(10.0) == 512
     assert probe.policy_batch(float("nan")) == 512
-
-
-def test_a_probes_command_line(probe, tmp_path):
-    base = probe.base_dir(str(tmp_path))
-    os.makedirs(base)
-    with open(os.path.join(base, "history.csv"), "w") as f:
-        f.write("epoch,learning_rate,val_loss\n0,0.15,0.70\n1,0.19,0.60\n"
-                "2,0.17,0.55\n")
-    argv = probe.probe_argv(dict(epoch_at=3, batch=1024, seed=1),
-                            str(tmp_path))
-    flags = dict(a.split("=", 1) for a in argv if "=" in a)
-    # The trajectory's rate after epoch 3 (0.17) x 1,024 / 128, constant.
-    assert float(flags["--base_learning_rate"]) == pytest.approx(1.36)
-    assert flags["--end_learning_rate"] == flags["--base_learning_rate"]
-    assert flags["--warmup_epochs"] == "0" and flags["--epochs"] == "1"
-    assert flags["--gradient_accumulation_steps"] == "4"
-    assert flags["--global_batch_size"] == "1024"
-    assert flags["--seed"] == "1"
-    assert flags["--init_weights"].endswith(
-        os.path.join("checkpoints", "epoch_003.weights.h5"))
-    assert "--gradient_noise_scale" in argv
-    assert flags["--precise_bn_batches"] == str(probe.PRECISE_BN)
-    small = probe.probe_argv(dict(epoch_at=3, batch=128, seed=2, steps=59),
-                             str(tmp_path))
-    flags = dict(a.split("=", 1) for a in small if "=" in a)
-    assert flags["--gradient_accumulation_steps"] == "1"
-    assert flags["--steps_per_epoch"] == "59"
-    assert float(flags["--base_learning_rate"]) == pytest.approx(0.17)
-    assert "--gradient_noise_scale" not in small

@@ -13,8 +13,8 @@ without the callback and with it at each `--intervals` (it measures every
 (compilation) until the epoch ends, in wall and process CPU time. The
 median per-step time of each is reported, and the overhead in percent.
 
-    python bench/noise_scale_cost.py
-    python bench/noise_scale_cost.py --backends jax --steps 40 --intervals 1 4
+    python bench/micro/noise_scale_cost.py
+    python bench/micro/noise_scale_cost.py --backends jax --steps 40 --intervals 1 4
 
 Prints a Markdown table and writes bench/results/noise_scale_cost.json.
 """
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(HERE, "results", "noise_scale_cost.json")
 
 

@@ -6,7 +6,7 @@ step is the one `fit` compiles (jitted on JAX/TF), timed per step by a
 callback. Reported: `batch / median(step time)` after the warm-up steps.
 `bench/gpu_campaign_parts.py` (the GPU campaign) reuses `build_model` and `fit_images_per_s`.
 
-    python bench/applications.py --backend jax --size 64 --batch 32 --steps 5
+    python bench/micro/applications.py --backend jax --size 64 --batch 32 --steps 5
 
 The GPU claim (batch 256 at 224x224, mixed_float16, one H100) is
 `--size 224 --batch 256 --precision mixed_float16 --steps 20`; it needs a
@@ -51,7 +51,7 @@ def _args():
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help="comma-separated subset of: " + ", ".join(CONFIGS))
     p.add_argument("--out", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "results",
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
         "applications.json"))
     return p.parse_args()
 

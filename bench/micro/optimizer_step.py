@@ -18,8 +18,8 @@ once more for the norms, LAMB its update `r` (which the trust ratio needs
 whole before any weight moves), so no implementation on top of XLA gets
 below those ratios.
 
-    python bench/optimizer_step.py                      # all three backends
-    python bench/optimizer_step.py --backends jax --steps 30
+    python bench/micro/optimizer_step.py                      # all three backends
+    python bench/micro/optimizer_step.py --backends jax --steps 30
 
 Prints a Markdown table and writes bench/results/optimizer_step.json.
 """
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(HERE, "results", "optimizer_step.json")
 
 

@@ -30,7 +30,7 @@ step (ResNet-50 at 32x32, per-worker batch 8, SGD, custom loop with
 `strategy.run`) is timed under this package's strategy and stock
 `tf.distribute.MultiWorkerMirroredStrategy` (whose Keras `fit` fails).
 
-Usage: `python bench/allreduce.py [--runs 5] [--workers 2 4]`.
+Usage: `python bench/micro/allreduce.py [--runs 5] [--workers 2 4]`.
 Writes `bench/results/allreduce.json` (or `--out`).
 """
 
@@ -45,7 +45,7 @@ import time
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import localhost
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
            "ours topk 1%", "ours topk 0.1%", "flat buffer"]
 

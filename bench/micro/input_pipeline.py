@@ -17,7 +17,7 @@ of an image, which other jobs on a shared machine change less than the
 wall-clock rate (also reported, with the load average). Best of
 `--repeats` rounds, the configurations measured in turn.
 
-    python bench/input_pipeline.py [--images 384] [--sizes 224,67]
+    python bench/micro/input_pipeline.py [--images 384] [--sizes 224,67]
 
 With `--fashion_mnist`, it compares instead the command's two pipelines on
 Fashion-MNIST at 28x28 with its `light` augmentation (shift and zoom),
@@ -26,7 +26,7 @@ TensorFlow (`data.grain_pipeline.batch`), images/s of the pipeline alone
 (batches read and dropped), best of `--repeats`; results in
 `bench/results/input_pipeline_fashion_mnist.json`.
 
-    python bench/input_pipeline.py --fashion_mnist [--batch 256]
+    python bench/micro/input_pipeline.py --fashion_mnist [--batch 256]
 """
 
 import argparse
@@ -169,7 +169,7 @@ def fashion_mnist(args):
         "load_average_before_after": [load_before[0], load_after[0]],
         "images_per_sec": best, "grain_over_tf_data": ratio,
     }
-    path = os.path.join(os.path.dirname(__file__), "results",
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
                         "input_pipeline_fashion_mnist.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, json.dumps(out, indent=2))
@@ -236,7 +236,7 @@ def main():
         "repeats": args.repeats,
         "cores_for_6500_images_per_sec_at_224": 6500 / per_core,
     }
-    path = os.path.join(os.path.dirname(__file__), "results",
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
                         "input_pipeline.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, json.dumps(out, indent=2))

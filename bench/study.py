@@ -1,0 +1,88 @@
+"""The study: run a plan's runs, or write the report.
+
+    KERAS_BACKEND=jax python bench/study.py run decisive --workers 2
+    KERAS_BACKEND=jax python bench/study.py run depth_reduced --budget 3600
+    python bench/study.py report
+    python bench/study.py list
+    python bench/study.py merge OTHER/lars_depth_study.json
+
+`run` starts the plan's runs not yet in its record (`bench/results/
+<record>.json`), `--workers` processes at a time (2 on a 2-core CPU; 8 or
+more side by side on one GPU), none after `--budget` seconds; a rerun
+skips the finished runs and resumes a stopped one from its last epoch
+checkpoint. The plans: `bench/study/plans.py`; the report:
+`bench/study/report.py`.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "study"))
+import plans  # noqa: E402
+import runner  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a plan")
+    r.add_argument("plan", choices=sorted(plans.PLANS))
+    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("--budget", type=float, default=0.0,
+                   help="seconds; no run starts after them (0: no limit)")
+    r.add_argument("--work_dir", default=os.path.join("runs", "study"))
+    r.add_argument("--data_dir", default="")
+    r.add_argument("--results", default=runner.RESULTS)
+    r.add_argument("--only", default="",
+                   help="run only the specs whose key contains this")
+    sub.add_parser("report", help="write bench/results/study.md")
+    ls = sub.add_parser("list", help="each plan's runs: done and left")
+    ls.add_argument("--results", default=runner.RESULTS)
+    m = sub.add_parser("merge", help="add another machine's record's runs "
+                                     "to the record of the same name here")
+    m.add_argument("files", nargs="+")
+    args = p.parse_args(argv)
+    if args.command == "report":
+        import report
+
+        print("\n".join(report.write()))
+        return 0
+    if args.command == "merge":
+        for path in args.files:
+            here = os.path.join(runner.RESULTS, os.path.basename(path))
+            runs = runner.load(here)
+            have = {runner.run_key(r) for r in runs}
+            new = [r for r in runner.load(path) if runner.run_key(r) not in have]
+            runner.save(here, runs + new)
+            print(f"{path}: {len(new)} new runs in {here}")
+        return 0
+    if args.command == "list":
+        for plan in plans.PLANS.values():
+            runs = runner.load(os.path.join(args.results, plan.record + ".json"))
+            done = {runner.run_key(x) for x in runs}
+            specs = plan.all_specs(runs)
+            left = sum(runner.run_key(s) not in done for s in specs)
+            print(f"{plan.name:14s} {len(specs) - left:4d} done {left:4d} left"
+                  f"  {plan.about}")
+        return 0
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1. Received: {args.workers}")
+    if args.budget < 0:
+        p.error(f"--budget must be >= 0. Received: {args.budget}")
+    plan = plans.PLANS[args.plan]
+    path = os.path.join(args.results, plan.record + ".json")
+    work_dir = os.path.join(args.work_dir, plan.name)
+    while True:
+        specs = [s for s in plan.all_specs(runner.load(path))
+                 if args.only in runner.run_key(s)]
+        finished = runner.run(specs, path, work_dir, args.workers, args.budget,
+                              args.data_dir, log=lambda m: print(m, flush=True))
+        # A plan's later runs (`then`) may wait on the ones just finished.
+        if not finished or args.budget:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

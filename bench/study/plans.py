@@ -1,0 +1,333 @@
+"""Every study as a plan: arms x seeds x budgets, as data.
+
+A plan is a `Plan`: its name, the record it writes (`bench/results/
+<record>.json`), and its run specs (`bench/study/runner.py`) in order of
+value. A plan whose later runs depend on earlier results (the best rate of
+a sweep, measured on other seeds) gives them through `then(runs)`, which
+returns nothing until the runs it reads are done.
+
+Seeds 0-9 were spent before the study chose rates by rule; new
+measurements use seeds from 100 on, decided here before they run.
+"""
+
+import dataclasses
+import math
+import os
+
+import runner
+import stats
+from keras_largebatch.train import recipe
+
+SMALL_BATCH, MICRO = 128, 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    name: str
+    record: str
+    about: str
+    specs: tuple
+    then: object = None  # runs -> more specs, or None
+
+    def all_specs(self, runs=()):
+        return list(self.specs) + list(self.then(runs) if self.then else [])
+
+
+def points(r):
+    """A run's [(updates, accuracy), ...]: its evaluations within epochs,
+    else one at the end of each epoch."""
+    if r.get("evals"):
+        return [(u, a) for _, u, a in r["evals"]]
+    per = r["num_train"] // r["batch"] if "num_train" in r else None
+    return [((i + 1) * per, a) for i, a in enumerate(
+        r.get("val_accuracy_per_epoch", []))] if per else []
+
+
+def best_rate(runs, target):
+    """The rate of `runs` (one batch and optimizer, the choosing seeds) with
+    the fewest median updates to `target`, then the highest mean final
+    accuracy."""
+    by_rate = {}
+    for r in runs:
+        by_rate.setdefault(round(r["rate"], 9), []).append(r)
+
+    def rank(group):
+        to = stats.median([stats.updates_to(points(r), target) for r in group])
+        return (to, -sum(r["val_accuracy"] for r in group) / len(group))
+
+    return min(by_rate, key=lambda rate: rank(by_rate[rate]))
+
+
+def fixed(batch, rate, seeds, epochs=24, optimizer="sgd", **extra):
+    """A fixed batch at one peak rate over `seeds`, the recipe's warmup."""
+    warmup = recipe.warmup_epochs_for(optimizer, "auto", batch, epochs)
+    return [dict(extra, kind="fixed", phase="fixed", optimizer=optimizer,
+                 batch=batch, rate=rate, seed=seed, epochs=epochs,
+                 warmup_epochs=warmup) for seed in seeds]
+
+
+# The command's defaults until 2026-11-26, spelled out, up to 4,096.
+_PREVIOUS = dict(noise_scale_multiple=1.0, adaptive_learning_rate="sqrt",
+                 adaptive_start_multiple=1, max_global_batch_size=4096)
+_TODAYS = dict(_PREVIOUS, noise_scale_multiple=4.0,
+               adaptive_learning_rate="linear", max_global_batch_size=1024)
+# A grown variant: its command flags beside `--adaptive_batch=noise_scale`
+# and the multiple of the small batch it starts at (the start's rate
+# follows the variant's rule). "default" is the command's defaults.
+GROWN = {
+    "default": ({}, 1),
+    "previous": (_PREVIOUS, 1),
+    "c2": (dict(_PREVIOUS, noise_scale_multiple=2.0), 1),
+    "c4": (dict(_PREVIOUS, noise_scale_multiple=4.0), 1),
+    "c8": (dict(_PREVIOUS, noise_scale_multiple=8.0), 1),
+    "linear": (dict(_PREVIOUS, adaptive_learning_rate="linear"), 1),
+    "start4": (_PREVIOUS, 4),
+    "start4_c4_linear_1024": (_TODAYS, 4),
+    "start4_c2_linear_1024": (dict(_TODAYS, noise_scale_multiple=2.0), 4),
+    "anneal": (dict(_TODAYS, adaptive_anneal_fraction=0.25,
+                    adaptive_anneal_multiple=1), 4),
+    "anneal_half": (dict(_TODAYS, adaptive_anneal_fraction=0.5,
+                         adaptive_anneal_multiple=1), 4),
+    "start1_c4_unchanged_1024": (dict(
+        noise_scale_multiple=4.0, adaptive_learning_rate="unchanged",
+        adaptive_start_multiple=1, max_global_batch_size=1024), 1),
+}
+
+
+def grown(variant, rate, seeds, epochs=24, optimizer="sgd"):
+    """The batch grown from 128 at `rate` by `GROWN[variant]`."""
+    flags, start = GROWN[variant]
+    flags = dict(flags)
+    if start != 1:
+        rule = flags.get("adaptive_learning_rate")
+        flags.update(global_batch_size=SMALL_BATCH * start,
+                     base_learning_rate=f"{rate * (start if rule == 'linear' else start ** 0.5):g}",
+                     gradient_accumulation_steps=2 * start)
+    warmup = recipe.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
+    return [dict(kind="grown", phase="grown", optimizer=optimizer,
+                 batch=SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
+                 warmup_epochs=warmup, variant=variant, flags=flags)
+            for seed in seeds]
+
+
+R2 = 2 ** 0.5
+# The scaling study (Shallue et al.): each fixed batch's SGD rates 2x apart
+# on seed 0, its best by updates to 0.90 with seeds 1-2 (1,024: 1-4); the
+# 12-epoch second workload; LARSMixed's grid from 10 sqrt(2) at 128 scaled
+# by sqrt(B/128); the grown variants. Seeds 0-9, as run 2026-11-24/26.
+# {batch: {rate: seeds 0..n-1}} of each fixed grid.
+SCALING_FIXED = {
+    128: {0.1: 1, 0.2: 3, 0.4: 3}, 256: {0.1: 1, 0.2: 1, 0.4: 1, 0.8: 3, 1.6: 1},
+    512: {0.2: 1, 0.4: 1, 0.8: 1, 1.6: 3, 3.2: 1},
+    1024: {0.4: 1, 0.8: 5, 1.6: 1, 3.2: 1},
+    2048: {0.4: 1, 0.8: 1, 1.6: 3, 3.2: 1}, 4096: {0.4: 1, 0.8: 3, 1.6: 1, 3.2: 1}}
+SECOND_FIXED = {128: {0.2: 3}, 512: {0.8: 3, 1.6: 1, 3.2: 1},
+                1024: {0.4: 1, 0.8: 3, 1.6: 1}}
+LARS_FIXED = {
+    256: {5.0: 1, 10.0: 2, 20.0: 1, 40.0: 1},
+    512: {2.5 * R2: 1, 5 * R2: 2, 10 * R2: 1, 20 * R2: 1, 40 * R2: 1},
+    1024: {10.0: 1, 20.0: 2, 40.0: 1, 80.0: 1},
+    2048: {5 * R2: 1, 10 * R2: 2, 20 * R2: 1, 40 * R2: 1, 80 * R2: 1},
+    4096: {5.0: 1, 10.0: 2, 20.0: 1, 40.0: 1, 80.0: 1, 160.0: 1}}
+
+
+def _grid(grid, **kw):
+    return tuple(s for b, rates in grid.items() for r, n in rates.items()
+                 for s in fixed(b, r, range(n), **kw))
+
+
+SCALING_GROWN = (
+    ("default", 0.2, range(3)), ("default", 0.4, range(5)),
+    ("start4_c4_linear_1024", 0.2, range(10)), ("c4", 0.2, range(5)),
+    *((v, 0.2, range(2)) for v in (
+        "previous", "c2", "c8", "linear", "start4", "start4_c2_linear_1024",
+        "anneal", "anneal_half")))
+SCALING = Plan(
+    "scaling", "batch_scaling_study",
+    "Updates to 0.88/0.90 against the batch, rates tuned per batch; the "
+    "grown batch's variants (ResNet-8 w4, Fashion-MNIST, seeds 0-9)",
+    _grid(SCALING_FIXED) + _grid(SECOND_FIXED, epochs=12)
+    + _grid(LARS_FIXED, optimizer="lars_mixed")
+    + tuple(s for row in SCALING_GROWN for s in grown(*row))
+    + tuple(grown("default", 0.2, range(3), epochs=12))
+    + tuple(grown("default", 10 * R2, range(5), optimizer="lars_mixed"))
+    + tuple(grown("start1_c4_unchanged_1024", 10 * R2, range(3),
+                  optimizer="lars_mixed")))
+
+# The decisive comparison, fixed before it ran: the command's defaults at
+# the small batch's 24-epoch rate (0.4, chosen on seeds 0-2) against the
+# best tuned fixed batch for 0.90 (1,024 at 0.8, chosen on seeds 0-4), on
+# 10 seeds no rate was chosen on, one machine kind.
+DECISIVE_SEEDS = tuple(range(100, 110))
+DECISIVE = Plan(
+    "decisive", "batch_scaling_study",
+    "The grown batch's defaults against the best tuned fixed batch, seeds "
+    "100-109",
+    tuple(s for seed in DECISIVE_SEEDS for s in (
+        grown("default", 0.4, [seed]) + fixed(1024, 0.8, [seed]))))
+
+# LARS against SGD at 4,096 (32 x 128) on ResNet-8 w4, one seed per rate
+# (2026-11-22/23): 8-epoch sweeps, the best with seed 1, and 24-96 epochs.
+_LBS = (
+    ("short", "sgd", 8, 128, [0.0125, 0.025, 0.05, 0.1, 0.2, 0.4]),
+    ("short", "sgd", 8, 4096, [0.4, 0.8, 1.6, 3.2]),
+    ("short", "lars_mixed", 8, 128, [x * R2 for x in (
+        0.3125, 0.625, 1.25, 2.5, 5, 10, 20)]),
+    ("short", "lars_mixed", 8, 4096, [2.5, 5.0, 10.0, 20.0]),
+    ("short", "lamb_mixed", 8, 128, [0.0005 * R2 * 2 ** k for k in range(-1, 7)]),
+    ("short", "lamb_mixed", 8, 4096, [0.002 * 2 ** k for k in range(8)]),
+    ("seed", "sgd", 8, 128, [0.2]), ("seed", "sgd", 8, 4096, [0.8]),
+    ("seed", "lars_mixed", 8, 128, [10 * R2]),
+    ("seed", "lars_mixed", 8, 4096, [10.0]),
+    ("seed", "lamb_mixed", 8, 128, [0.016 * R2]),
+    ("seed", "lamb_mixed", 8, 4096, [0.128]),
+    ("long", "sgd", 24, 128, [0.2]), ("long", "sgd", 48, 128, [0.2]),
+    ("long", "sgd", 96, 128, [0.2]), ("long", "sgd", 24, 4096, [0.8]),
+    ("long", "sgd", 48, 4096, [0.8]), ("long", "sgd", 96, 4096, [0.8]),
+    ("long", "lars_mixed", 24, 128, [10 * R2]),
+    ("long", "lars_mixed", 24, 4096, [5.0, 10.0, 20.0]),
+    ("long", "lars_mixed", 48, 4096, [10.0]),
+    ("long", "lars_mixed", 96, 4096, [10.0]),
+    ("long", "lamb_mixed", 24, 128, [0.016 * R2]),
+    ("long", "lamb_mixed", 24, 4096, [0.128]),
+    ("long", "lamb_mixed", 48, 4096, [0.128]))
+LARS_VS_SGD = Plan(
+    "lars_vs_sgd", "large_batch_study",
+    "LARSMixed, LAMBMixed and SGD at 128 and 4,096 (ResNet-8 w4), one seed "
+    "a rate",
+    tuple(dict(phase=phase, optimizer=o, batch=b, epochs=e, rate=r,
+               seed=1 if phase == "seed" else 0, evals=1,
+               warmup_epochs=recipe.warmup_epochs_for(o, "auto", b, e))
+          for phase, o, e, b, rates in _LBS for r in rates))
+
+
+# LARS at depth: ResNet-20 of width 16 (about 270k weights), SGD,
+# LARSMixed and LAMBMixed at 128, 1,024 and 4,096; 4 rates 2x apart each
+# around the recipe's (SGD: 0.2 x B/128 capped at 1.6; LARS/LAMB: the
+# 128 rate x sqrt(B/128)), chosen on seed 100, the best measured on seeds
+# 101-103. `DEPTH_EPOCHS` on a GPU; the CPU's reduced plan
+# (`DEPTH_REDUCED`) is 6 epochs, batches 1,024 and 4,096.
+DEPTH_OPTIMIZERS = {"sgd": 0.2, "lars_mixed": 10 * R2, "lamb_mixed": 0.016 * R2}
+DEPTH_BATCHES, DEPTH_EPOCHS = (128, 1024, 4096), 24
+DEPTH_CHOOSE, DEPTH_MEASURE = (100,), (101, 102, 103)
+
+
+def depth_rates(optimizer, batch):
+    small = DEPTH_OPTIMIZERS[optimizer]
+    center = (min(small * batch / SMALL_BATCH, 1.6) if optimizer == "sgd"
+              else small * math.sqrt(batch / SMALL_BATCH))
+    return [center * f for f in (0.25, 0.5, 1.0, 2.0)]
+
+
+def _depth(epochs, batches, name):
+    def arm(o, b, r, seeds):
+        return fixed(b, r, seeds, epochs=epochs, optimizer=o,
+                     workload="resnet20_w16")
+
+    def then(runs):
+        """Each (optimizer, batch)'s best rate on the choosing seed (fewest
+        updates to 0.90, then final accuracy), with the measuring seeds,
+        once its sweep is done."""
+        for o in DEPTH_OPTIMIZERS:
+            for b in batches:
+                swept = [r for r in runs if r.get("workload") == "resnet20_w16"
+                         and r["optimizer"] == o and r["batch"] == b
+                         and r["epochs"] == epochs and r["seed"] in DEPTH_CHOOSE]
+                if len(swept) >= 4:
+                    best = best_rate(swept, 0.90)
+                    yield from arm(o, b, best, DEPTH_MEASURE)
+
+    return Plan(name, "lars_depth_study",
+                f"SGD, LARSMixed, LAMBMixed on ResNet-20 w16, {epochs} epochs",
+                tuple(s for b in batches for o in DEPTH_OPTIMIZERS
+                      for r in depth_rates(o, b)
+                      for s in arm(o, b, r, DEPTH_CHOOSE)), then)
+
+
+DEPTH = _depth(DEPTH_EPOCHS, DEPTH_BATCHES, "depth")
+DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
+
+# The critical batch's branched probes (`bench/study/probes.py` analyses
+# them): the trajectory, 128 at 0.2, seed 0, its checkpoints kept; from
+# those after `EPOCHS_AT` epochs, one epoch at each batch at the rate the
+# trajectory had there x B / 128, constant (`TRAJECTORY_RATE`, from its
+# history), batch norm recomputed over `PRECISE_BN` batches before the one
+# evaluation; the small batch also stopped after `SMALL_STEPS` updates.
+EPOCHS_AT = (1, 3, 8)
+PROBE_BATCHES = (128, 256, 512, 1024, 2048)
+SMALL_SEEDS, LARGE_SEEDS = (1, 2), (1, 2)
+SMALL_STEPS = (59, 117, 234, None)
+PRECISE_BN, START_RATE = 16, 1e-12
+TRAJECTORY_RATE = {1: 0.15008001029491425, 3: 0.1716729700565338,
+                   8: 0.09969791769981384}
+TRAJECTORY = dict(fixed(SMALL_BATCH, 0.2, [0])[0], variant="trajectory",
+                  evals=1, flags=dict(keep_checkpoints=24))
+
+
+def probe(epoch_at, batch, seed, steps=None, start=False):
+    """One probe (`start`: the checkpoint itself, one update at
+    `START_RATE`, evaluated as the probes are)."""
+    rate = START_RATE if start else float(
+        f"{TRAJECTORY_RATE[epoch_at] * batch / SMALL_BATCH:.6g}")
+    k = max(1, batch // MICRO)
+    trajectory = runner.model_dir(TRAJECTORY, "{work_dir}")
+    flags = dict(init_weights=os.path.join(
+        trajectory, "checkpoints", f"epoch_{epoch_at:03d}.weights.h5"),
+                 end_learning_rate=rate, keep_checkpoints=0,
+                 precise_bn_batches=PRECISE_BN)
+    if steps:
+        flags["steps_per_epoch"] = steps
+    if k >= 2:
+        flags["gradient_noise_scale"] = "true"
+    spec = dict(phase="probe", optimizer="sgd", batch=batch, rate=rate,
+                seed=seed, epoch_at=epoch_at, steps=steps, epochs=1,
+                warmup_epochs=0, evals=1, flags=flags)
+    return dict(spec, start=True) if start else spec
+
+
+def _probes(runs):
+    """Once the trajectory has run: the small batch's points with each of
+    its seeds, each larger batch's epoch with the first seed, each
+    checkpoint's start, then the other seeds."""
+    if not any(r.get("variant") == "trajectory" for r in runs):
+        return
+    for epoch in EPOCHS_AT:
+        for seed in SMALL_SEEDS:
+            for steps in SMALL_STEPS:
+                yield probe(epoch, SMALL_BATCH, seed, steps)
+        for batch in PROBE_BATCHES[1:]:
+            yield probe(epoch, batch, LARGE_SEEDS[0])
+    for epoch in EPOCHS_AT:
+        yield probe(epoch, SMALL_BATCH, SMALL_SEEDS[0], 1, start=True)
+    for seed in LARGE_SEEDS[1:]:
+        for epoch in EPOCHS_AT:
+            for batch in PROBE_BATCHES[1:]:
+                yield probe(epoch, batch, seed)
+
+
+PROBES = Plan("probes", "critical_batch_probe",
+              "Branched probes of the critical batch beside B_simple",
+              (TRAJECTORY,), _probes)
+
+# A rehearsal of the runner and the report in seconds (the GPU check's
+# `--smoke`, the tests): a fixed and a grown batch, 2 epochs of 4 steps.
+_TINY = dict(micro=16, flags=dict(steps_per_epoch=4), evals=2)
+SMOKE = Plan("smoke", "smoke_study", "A rehearsal: tiny runs, 2 epochs of 4 steps",
+             tuple(fixed(32, 0.1, [0], epochs=2, **_TINY))
+             + tuple(dict(s, micro=16, evals=2, flags=dict(
+                 s["flags"], steps_per_epoch=4, global_batch_size=8))
+                 for s in grown("default", 0.1, [0], epochs=2)))
+
+# Which backend runs the study's network fastest on a machine: fixed 128
+# and 1,024 for 2 epochs (the second's images/s: the first compiles) on
+# each backend, two side by side as the study runs them.
+BACKEND_SPEED = Plan("backend_speed", "backend_speed",
+                     "Training images/s of the study's network per backend",
+                     tuple(dict(s, evals=1, run_backend=k)
+                           for k in ("tensorflow", "jax", "torch")
+                           for b in (128, 1024)
+                           for s in fixed(b, 0.2, [0, 1], epochs=2)))
+
+PLANS = {p.name: p for p in (SCALING, DECISIVE, LARS_VS_SGD, DEPTH,
+                             DEPTH_REDUCED, PROBES, SMOKE, BACKEND_SPEED)}
+
