@@ -282,14 +282,16 @@ class BuildNative(build_ext):
                 f"must be one of {', '.join(MODES)}. Received: "
                 f"KERAS_LARGEBATCH_BUILD_NATIVE={mode!r}")
         if mode == "0":
-            _status("skipped (KERAS_LARGEBATCH_BUILD_NATIVE=0): no native ops, "
-                    "no CUDA kernels; the pure-TensorFlow fallback will be used")
+            _status("skipped (KERAS_LARGEBATCH_BUILD_NATIVE=0): no native ops; "
+                    "the TensorFlow backend packs with plain TensorFlow ops "
+                    "(JAX and torch use none)")
             return False
         info = query_tensorflow()
         if info is None:
-            return self._fail(mode, "TensorFlow not found: no native ops, no "
-                              "CUDA kernels; the pure-TensorFlow fallback "
-                              "will be used")
+            return self._fail(mode, "no TensorFlow here, so no native ops: "
+                              "they serve the TensorFlow backend only, and "
+                              "JAX and torch need none (with TensorFlow, "
+                              "install it first, then this package)")
         output = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(output), exist_ok=True)
         os.makedirs(self.build_temp, exist_ok=True)

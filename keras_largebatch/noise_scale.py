@@ -47,7 +47,7 @@ LOG_NAMES = ("gradient_noise_scale", "gns_grad_sq_norm", "gns_trace_cov")
 DEFAULT_BETA = 0.99
 DEFAULT_INTERVAL = 1
 # GradientNoiseScale's own wrappers measure every MONITOR_INTERVAL-th update:
-# at most 3% of a step on bench/noise_scale_cost.py's 3.2M-weight MLP on
+# at most 3% of a step on bench/micro/noise_scale_cost.py's 3.2M-weight MLP on
 # every backend (docs/benchmarks.md); the averages see 1/n of the updates.
 MONITOR_INTERVAL = 8
 
@@ -79,7 +79,7 @@ def accumulating_optimizer(optimizer):
     return optimizer
 
 
-def find_state(optimizer):
+def find_noise_scale_optimizer(optimizer):
     """The `NoiseScaleOptimizer` in `optimizer`'s chain of wrappers, or
     None."""
     while optimizer is not None:
@@ -454,11 +454,12 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         else:
             super().load_own_variables(store)  # Warns and skips.
 
-    def take_back_batch(self):
-        """Once per fit (until `start_batch_decisions`): reads the compiled
-        rate the factor scales and puts the saved k and factor back into
-        effect (a restored run). True when that changed k (the train
-        function must be made again)."""
+    def restore_saved_batch(self):
+        """Restores the saved batch: once per fit (until
+        `reset_batch_decisions`) reads the compiled rate the factor scales
+        and puts the saved k and factor back into effect (a restored run).
+        True when that changed k (the train function must be made
+        again)."""
         if self.base_learning_rate is not None:
             return False
         factor = float(ops.convert_to_numpy(self.learning_rate_factor))
@@ -476,9 +477,9 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         self.accumulation_steps.assign(inner.gradient_accumulation_steps)
         return False
 
-    def start_batch_decisions(self):
-        """A fit starts: no switch pending, and `take_back_batch` reads the
-        compiled rate again."""
+    def reset_batch_decisions(self):
+        """A fit starts: no switch pending, and `restore_saved_batch` reads
+        the compiled rate again."""
         self.pending_accumulation_steps = None
         self.base_learning_rate = None
 
@@ -560,13 +561,13 @@ def _replica_count():
     return context.num_replicas_in_sync if context is not None else 1
 
 
-def install(model, beta=None, interval=None,
+def wrap_optimizer(model, beta=None, interval=None,
             default_interval=DEFAULT_INTERVAL):
-    """The `NoiseScaleOptimizer` of `model`'s optimizer; wraps
-    `model.optimizer` in a new one (`beta`, `interval`: its arguments;
+    """The `NoiseScaleOptimizer` of `model`'s optimizer; replaces
+    `model.optimizer` (and so its train function) by a new one wrapping it (`beta`, `interval`: its arguments;
     if None, `DEFAULT_BETA` and `default_interval`) when it holds none. An
     existing one must agree with a `beta` or `interval` given."""
-    state = find_state(model.optimizer)
+    state = find_noise_scale_optimizer(model.optimizer)
     if state is not None:
         for name, value in (("beta", beta), ("interval", interval)):
             require(value is None or value == getattr(state, name), name,
@@ -638,7 +639,7 @@ class GradientNoiseScale(keras.callbacks.Callback):
 
     def set_model(self, model):
         super().set_model(model)
-        self.state = install(model, self.beta, self.interval,
+        self.state = wrap_optimizer(model, self.beta, self.interval,
                              default_interval=MONITOR_INTERVAL)
         self.source = check_measurable(
             self.state.inner_optimizer,

@@ -78,14 +78,12 @@ class AdaptiveBatch(keras.callbacks.Callback):
     in effect), `updates` (taken so far) and the noise-scale entries of
     `GradientNoiseScale`.
 
-    The defaults (`defaults.py`) are the best policy the study found over
-    seeds against tuned fixed batches (docs/large-batch-study.md): a user
-    who gives the small batch and its tuned rate starts at 4 x that batch,
-    follows 4 x B_simple, up to 8 x. A run begun with the previous
-    defaults keeps its k and rate factor when restored (they are saved),
-    and decides on with the arguments given: `c=1.0,
-    learning_rate_rule="sqrt", start_multiple=1` (and its
-    `max_batch_size`) are the previous defaults for SGD.
+    The defaults (`defaults.py`): a user who gives the small batch and its
+    tuned rate starts at 4 x that batch, follows 4 x B_simple, up to 8 x
+    (how that compares with tuned fixed batches: docs/large-batch-study.md).
+    A restored run keeps the k and rate factor it saved, and decides on
+    with the arguments given (`defaults.PREVIOUS` holds the ones a run
+    begun before these defaults resumes with).
 
     Args:
         batch_size: Int >= 1, the examples of one step of `fit` across
@@ -201,7 +199,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
 
     def set_model(self, model):
         super().set_model(model)
-        self.state = noise_scale.install(model, self.beta, self.interval)
+        self.state = noise_scale.wrap_optimizer(model, self.beta, self.interval)
         k0 = self.state.initial_accumulation_steps
         require(k0 is not None and k0 >= 2, "gradient_accumulation_steps", k0,
                 "an int >= 2 on the compiled optimizer (its inner one for a "
@@ -219,7 +217,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
                 "schedule", self.schedule,
                 f"batches of batch_size * {k0} * 2**j ({start}, "
                 f"{start * 2}, ...)")
-        self.state.start_batch_decisions()
+        self.state.reset_batch_decisions()
 
     @property
     def accumulation_steps(self):
@@ -233,7 +231,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
         return self.batch_size * self.accumulation_steps
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self.state.take_back_batch():
+        if self.state.restore_saved_batch():
             self.model.make_train_function(force=True)
         annealing = self._annealing(epoch)
         k = self._decide(epoch)

@@ -3,12 +3,11 @@ and the command's flags (`--noise_scale_multiple`,
 `--adaptive_learning_rate`, `--adaptive_start_multiple`,
 `--max_global_batch_size`) read them from here.
 
-They are the best policy the study found (docs/large-batch-study.md,
-"Updates to a target against the batch"): over seeds, fewer updates to its
-target than the best fixed batch with its rate tuned, at a final accuracy
-0.37 points below the small batch's (10 seeds). Start at 4 x the batch the
-optimizer was compiled with, follow 4 x B_simple, the rate linear in the
-batch for SGD, up to 8 x the compiled batch. `AUTO_RULE_FOR_SGD` and
+They are the best policy the study found on SGD (docs/large-batch-study.md:
+its findings give how they compare with the best tuned fixed batch, with n
+per arm and intervals): start at 4 x the batch the optimizer was compiled
+with, follow 4 x B_simple, the rate linear in the batch for SGD, up to
+8 x the compiled batch. `AUTO_RULE_FOR_SGD` and
 `AUTO_RULE_OTHERWISE` are what `learning_rate_rule="auto"` resolves to.
 
 `PREVIOUS` holds the defaults these replaced, with which a run of the

@@ -291,8 +291,8 @@ TABLE = (
         'With --adaptive_batch=noise_scale: the batch follows this multiple '
         'of B_simple (1: the balanced point of McCandlish et al., twice the '
         'fewest updates and twice the fewest examples; above 1, fewer '
-        'updates; the default 4, with the other defaults, reached the '
-        "study's target in fewer updates than any tuned fixed batch: "
+        'updates; the default 4 is the best policy the study found; how it '
+        'compares with the best tuned fixed batch, with n and intervals: '
         'docs/large-batch-study.md).',
          group='adaptive', valid=POSITIVE),
     Flag('batch_schedule', 'string', '',
@@ -672,6 +672,41 @@ def config(values):
         group: made(**{field.name: values[field.name]
                        for field in dataclasses.fields(made)})
         for group, made in CONFIGS.items()})
+
+
+def _first_sentence(text, width=110):
+    """`text` up to its first full stop outside parentheses (not an
+    abbreviation's), at most `width` characters (cut at a word, '...')."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if (char == "." and depth == 0 and text[i + 1:i + 2] in ("", " ")
+                and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e."))):
+            text = text[:i + 1]
+            break
+    if len(text) > width:
+        text = text[:width].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+    return text
+
+
+def help_text(prog):
+    """`--help`: the command's flags by `GROUPS`, each with its default and
+    the first sentence of its help; absl's full list is `--helpfull`."""
+    lines = [f"USAGE: {prog} [flags]", "",
+             "The recipe's flags, grouped as the run's config; every flag "
+             "with its whole help and absl's own flags: --helpfull.", ""]
+    for group, doc in GROUPS.items():
+        lines.append(f"{group}: {doc.split(' (`')[0].rstrip('.')}")
+        for flag in TABLE:
+            if flag.group != group:
+                continue
+            default = "none" if flag.default in (None, "") else flag.default
+            if flag.kind == "enum":
+                default = f"{default}; one of {', '.join(flag.values)}"
+            lines.append(f"  --{flag.name} (default: {default}): "
+                         f"{_first_sentence(flag.help)}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
 
 
 def markdown():

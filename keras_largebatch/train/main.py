@@ -56,6 +56,10 @@ def main(argv):
     returns the exit code."""
     start = time.perf_counter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if any(a in ("--help", "-help", "-h", "-?", "--helpshort")
+           for a in argv[1:]):
+        print(train_flags.help_text(PROG))
+        return 0
     try:
         config = parse(argv)
     except (flags.Error, ValueError) as e:

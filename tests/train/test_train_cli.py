@@ -321,3 +321,30 @@ def test_two_workers_with_topk_keep_their_residuals_across_a_resume(tmp_path):
     for folder in folders:
         assert (folder / "latest").read_text() == "epoch_002"
         assert not (folder / "epoch_001").exists()
+
+
+def test_help_lists_every_flag_by_group_with_its_default(capsys):
+    from keras_largebatch.train import flags as train_flags
+
+    assert _run("--help") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("USAGE: keras-largebatch-train [flags]")
+    assert "--helpfull" in out
+    headings = [line.split(":")[0] for line in out.splitlines()
+                if line and not line.startswith((" ", "USAGE", "The "))]
+    assert headings == list(train_flags.GROUPS)
+    for flag in train_flags.TABLE:
+        line = next(x for x in out.splitlines()
+                    if x.startswith(f"  --{flag.name} "))
+        # Under its group's heading, with its default.
+        above = out[:out.index(line)].rstrip().split("\n\n")[-1]
+        assert above.startswith(flag.group + ":")
+        default = "none" if flag.default in (None, "") else str(flag.default)
+        assert f"(default: {default}" in line
+    assert "  --optimizer (default: lars_mixed; one of lars_mixed, " in out
+    assert _run("-h") == 0 and "--global_batch_size" in capsys.readouterr().out
+
+
+def test_helpfull_keeps_absls_full_list():
+    proc = _subprocess(["--helpfull"])
+    assert "--flagfile" in proc.stdout and "--global_batch_size" in proc.stdout
