@@ -73,7 +73,8 @@ _TODAYS = dict(_PREVIOUS, noise_scale_multiple=4.0,
                adaptive_learning_rate="linear", max_global_batch_size=1024)
 # A grown variant: its command flags beside `--adaptive_batch=noise_scale`
 # and the multiple of the small batch it starts at (the start's rate
-# follows the variant's rule). "default" is the command's defaults.
+# follows the variant's rule). "default" is the command's defaults on the
+# day its run ran (`finished` in its record).
 GROWN = {
     "default": ({}, 1),
     "previous": (_PREVIOUS, 1),
@@ -99,9 +100,9 @@ def grown(variant, rate, seeds, epochs=24, optimizer="sgd"):
     flags, start = GROWN[variant]
     flags = dict(flags)
     if start != 1:
-        rule = flags.get("adaptive_learning_rate")
+        linear = flags.get("adaptive_learning_rate") == "linear"
         flags.update(global_batch_size=SMALL_BATCH * start,
-                     base_learning_rate=f"{rate * (start if rule == 'linear' else start ** 0.5):g}",
+                     base_learning_rate=f"{rate * start ** (1 if linear else 0.5):g}",
                      gradient_accumulation_steps=2 * start)
     warmup = recipe.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
     return [dict(kind="grown", phase="grown", optimizer=optimizer,
@@ -314,9 +315,9 @@ PROBES = Plan("probes", "critical_batch_probe",
 _TINY = dict(micro=16, flags=dict(steps_per_epoch=4), evals=2)
 SMOKE = Plan("smoke", "smoke_study", "A rehearsal: tiny runs, 2 epochs of 4 steps",
              tuple(fixed(32, 0.1, [0], epochs=2, **_TINY))
-             + tuple(dict(s, micro=16, evals=2, flags=dict(
-                 s["flags"], steps_per_epoch=4, global_batch_size=8))
-                 for s in grown("default", 0.1, [0], epochs=2)))
+             + tuple(dict(s, batch=8, micro=16, evals=2,
+                          flags=dict(steps_per_epoch=4))
+                     for s in grown("default", 0.1, [0], epochs=2)))
 
 # Which backend runs the study's network fastest on a machine: fixed 128
 # and 1,024 for 2 epochs (the second's images/s: the first compiles) on
