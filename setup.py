@@ -89,8 +89,8 @@ def _log(message):
 
 
 def _status(message):
-    """The build's one summary line (pip shows warnings without `-v`)."""
-    _log(message)
+    """The build's one summary line, a warning (pip shows warnings without
+    `-v`)."""
     warnings.warn(f"keras-largebatch native build: {message}", stacklevel=2)
 
 
@@ -117,7 +117,10 @@ def query_tensorflow():
     for line in out.stdout.splitlines():
         if line.startswith("LB_TF_INFO="):
             return json.loads(line[len("LB_TF_INFO="):])
-    _log(f"TensorFlow is not importable by {python}: {out.stderr.strip()[-300:]}")
+    if "No module named 'tensorflow'" not in out.stderr:
+        # Installed but broken: the summary line alone would hide why.
+        _log(f"TensorFlow is not importable by {python}: "
+             f"{out.stderr.strip()[-300:]}")
     return None
 
 
@@ -318,8 +321,8 @@ class BuildNative(build_ext):
             self._compile(*compile_commands(info, self.build_temp, output))
         except NativeBuildError as e:
             return self._fail(mode, f"compiling the native ops failed ({e}); "
-                              "installing without them (the pure-TensorFlow "
-                              "fallback will be used)")
+                              "installing without them (the TensorFlow "
+                              "backend packs with plain TensorFlow ops)")
         _status(f"CUDA kernels NOT built ({why_not}); CPU kernels built for "
                 f"TensorFlow {info['version']}")
         return True

@@ -41,7 +41,6 @@ from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
-from keras_largebatch.schedules import ScaledLearningRate
 
 LOG_NAMES = ("gradient_noise_scale", "gns_grad_sq_norm", "gns_trace_cov")
 DEFAULT_BETA = 0.99
@@ -155,16 +154,18 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
     """Wraps an optimizer; measures the gradient noise as it applies gradients.
 
     Keeps, as its own saved variables, the moving averages from which
-    B_simple is read (`result`; `statistics`, a `Statistics`), and the
-    batch in effect that `AdaptiveBatch` decides: the number of
-    micro-batches per update and the factor its rule applied to the
-    learning rate (`accumulation_steps`, `learning_rate_factor`; the
-    switch waiting for its micro-batch and the rate the factor scales are
-    attributes, read again when a fit starts). Everything else
-    (`learning_rate`, `iterations`, loss scaling, saving of the inner
-    state) is the wrapped optimizer's. Its own variables are saved by
-    name; a checkpoint that holds them by position (keras_largebatch
+    B_simple is read (`result`; `statistics`, a `Statistics`). Everything
+    else (`learning_rate`, `iterations`, loss scaling, saving of the
+    inner state) is the wrapped optimizer's. Its own variables are saved
+    by name; a checkpoint that holds them by position (keras_largebatch
     before the named store) loads too.
+
+    It also holds, for `AdaptiveBatch`, the batch in effect
+    (`adaptive_batch/in_effect.py` puts it into effect): the variables
+    `accumulation_steps` and `learning_rate_factor`, saved with the
+    statistics (every checkpoint of a run has them, in this order), and
+    the attributes `pending_accumulation_steps` and `base_learning_rate`,
+    found again when a fit starts.
 
     Two sources of K gradients of b examples each (unscaled: a loss scale
     is undone) and their average, over K * b examples:
@@ -340,11 +341,12 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
             # Every step: a collective inside a `cond` would need a
             # `merge_call` there, which tf.distribute refuses.
             local = [ops.cast(g, "float32") for g, _ in present]
-            small = context.all_reduce(tf.distribute.ReduceOp.SUM, _sq(local))
+            small = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                       _squared_sum(local))
             total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
             # Keras divides each replica's loss by n: mean_i |n g_i|^2.
             return (small * (replicas * inverse * inverse),
-                    _sq(total) * inverse * inverse,
+                    _squared_sum(total) * inverse * inverse,
                     ops.convert_to_tensor(True))
         measured = ops.equal((before // k) % self.interval, 0)
         update = ops.equal((before + 1) % k, 0)
@@ -354,14 +356,14 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
             accumulators = [
                 acc._accumulated_gradients[self._get_variable_index(v)]
                 for _, v in present]
-            return _sq([
+            return _squared_sum([
                 ops.add(ops.multiply(ops.cast(g, "float32"), inverse),
                         ops.cast(a.value, "float32"))
                 for (g, _), a in zip(present, accumulators)
             ]) / float(k * k)
 
         def measure():
-            small = _sq([g for g, _ in present]) * inverse * inverse
+            small = _squared_sum([g for g, _ in present]) * inverse * inverse
             return small, ops.cond(update, average, lambda: zero)
 
         return (*ops.cond(measured, measure, lambda: (zero, zero)), measured)
@@ -454,72 +456,6 @@ class NoiseScaleOptimizer(keras.optimizers.Optimizer):
         else:
             super().load_own_variables(store)  # Warns and skips.
 
-    def restore_saved_batch(self):
-        """Restores the saved batch: once per fit (until
-        `reset_batch_decisions`) reads the compiled rate the factor scales
-        and puts the saved k and factor back into effect (a restored run).
-        True when that changed k (the train function must be made
-        again)."""
-        if self.base_learning_rate is not None:
-            return False
-        factor = float(ops.convert_to_numpy(self.learning_rate_factor))
-        inner = accumulating_optimizer(self)
-        rate = inner._learning_rate
-        if isinstance(rate, keras.Variable):
-            self.base_learning_rate = float(
-                ops.convert_to_numpy(rate)) / factor
-        else:
-            self.base_learning_rate = getattr(rate, "base", rate)
-        saved = int(ops.convert_to_numpy(self.accumulation_steps))
-        if saved and saved != inner.gradient_accumulation_steps:
-            self.set_accumulation_steps(saved, factor)
-            return True
-        self.accumulation_steps.assign(inner.gradient_accumulation_steps)
-        return False
-
-    def reset_batch_decisions(self):
-        """A fit starts: no switch pending, and `restore_saved_batch` reads
-        the compiled rate again."""
-        self.pending_accumulation_steps = None
-        self.base_learning_rate = None
-
-    def ask_accumulation_steps(self, k, shrink=False):
-        """Asks for k micro-batches per update from the next micro-batch
-        that both k and the k in effect divide: never fewer than in effect
-        or asked before, unless `shrink` (then k as asked, fewer or more);
-        True while a switch is pending."""
-        now = accumulating_optimizer(self).gradient_accumulation_steps
-        if shrink:
-            self.pending_accumulation_steps = k if k != now else None
-            return self.pending_accumulation_steps is not None
-        k = max(k, self.pending_accumulation_steps or 0)
-        if k > now:
-            self.pending_accumulation_steps = k
-        return self.pending_accumulation_steps is not None
-
-    def micro_batches_to_switch(self, counter):
-        """How many micro-batches, from the micro-batch `counter`, before the
-        pending k can start (0: now): the update in progress ends first
-        (both are `k0 * 2**j`, so the larger one is a multiple of both)."""
-        now = accumulating_optimizer(self).gradient_accumulation_steps
-        return -counter % max(self.pending_accumulation_steps, now)
-
-    def set_accumulation_steps(self, k, factor):
-        """Puts k micro-batches per update and `factor` times the compiled
-        rate into effect (a `ScaledLearningRate` on a schedule)."""
-        inner = accumulating_optimizer(self)
-        inner.gradient_accumulation_steps = k
-        base = self.base_learning_rate
-        if isinstance(base, (int, float)):
-            inner.learning_rate.assign(base * factor)
-        elif factor == 1.0:
-            inner.learning_rate = base
-        else:
-            inner.learning_rate = ScaledLearningRate(base, factor)
-        self.accumulation_steps.assign(k)
-        self.learning_rate_factor.assign(factor)
-        self.pending_accumulation_steps = None
-
     def get_config(self):
         return {
             "optimizer": keras.saving.serialize_keras_object(
@@ -562,11 +498,13 @@ def _replica_count():
 
 
 def wrap_optimizer(model, beta=None, interval=None,
-            default_interval=DEFAULT_INTERVAL):
-    """The `NoiseScaleOptimizer` of `model`'s optimizer; replaces
-    `model.optimizer` (and so its train function) by a new one wrapping it (`beta`, `interval`: its arguments;
-    if None, `DEFAULT_BETA` and `default_interval`) when it holds none. An
-    existing one must agree with a `beta` or `interval` given."""
+                   default_interval=DEFAULT_INTERVAL):
+    """The `NoiseScaleOptimizer` of `model`'s optimizer. When it holds
+    none, replaces `model.optimizer` by a new one wrapping it (`beta`,
+    `interval`: its arguments; if None, `DEFAULT_BETA` and
+    `default_interval`), and drops the train function, traced again with
+    the wrapper. An existing one must agree with a `beta` or `interval`
+    given."""
     state = find_noise_scale_optimizer(model.optimizer)
     if state is not None:
         for name, value in (("beta", beta), ("interval", interval)):
@@ -585,7 +523,7 @@ def wrap_optimizer(model, beta=None, interval=None,
             interval=default_interval if interval is None else interval)
         state.build(model.trainable_variables)
     model.optimizer = state
-    model.train_function = None  # Traced again, with the wrapper.
+    model.train_function = None
     return state
 
 
@@ -640,7 +578,7 @@ class GradientNoiseScale(keras.callbacks.Callback):
     def set_model(self, model):
         super().set_model(model)
         self.state = wrap_optimizer(model, self.beta, self.interval,
-                             default_interval=MONITOR_INTERVAL)
+                                    default_interval=MONITOR_INTERVAL)
         self.source = check_measurable(
             self.state.inner_optimizer,
             model.distribute_strategy
@@ -660,9 +598,9 @@ class GradientNoiseScale(keras.callbacks.Callback):
                 "interval": self.interval}
 
 
-def _sq(tensors):
-    """The sum of squares of all `tensors`, in float32, one read of each
-    (the optimizers' own squared norms, per backend)."""
+def _squared_sum(tensors):
+    """The sum of the squares of every element of `tensors`, in float32,
+    one read of each (the optimizers' own squared norms, per backend)."""
     tensors = [ops.cast(x, "float32") for x in tensors]
     if keras.backend.backend() == "torch":
         from keras_largebatch.optimizers import torch_foreach

@@ -19,15 +19,18 @@ rate = rule.factor(k / k0, B_simple / B0) * compiled_rate
 Where each part lives:
 
 - `policies.py`: the policies, one registered `Policy` entry each
-  (`POLICIES`), and the checks of a batch schedule;
+  (`POLICIES`);
 - `rules.py`: the learning-rate rules, one registered `Rule` entry each
   (`RULES`);
 - `defaults.py`: the defaults of the callback and of the command's flags;
+- `batches.py`: the batches it may take (`batch_size * k0 * 2**j`) and
+  the checks of its settings, shared by the callback and the flags;
+- `in_effect.py`: the batch in effect (k, the rate factor, a pending
+  switch), put into effect on the optimizer and saved as the
+  `NoiseScaleOptimizer`'s state;
 - `callback.py`: `AdaptiveBatch`, which asks the policy at each epoch's
   start and applies the change;
-- the batch in effect (k, the rate factor, a pending switch) is
-  `noise_scale.NoiseScaleOptimizer`'s state, saved with the optimizer;
-  `ScaledLearningRate` is in `keras_largebatch.schedules`.
+- `ScaledLearningRate` is in `keras_largebatch.schedules`.
 
 A new policy or rule is one class in `policies.py` or `rules.py`,
 decorated with `register`: the callback's arguments, the command's

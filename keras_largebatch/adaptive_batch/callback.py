@@ -8,9 +8,9 @@ from keras import ops
 from keras_largebatch import noise_scale
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
-from keras_largebatch._shared import is_number
-from keras_largebatch._shared import require
+from keras_largebatch.adaptive_batch import batches
 from keras_largebatch.adaptive_batch import defaults
+from keras_largebatch.adaptive_batch import in_effect
 from keras_largebatch.adaptive_batch import policies
 from keras_largebatch.adaptive_batch import rules
 from keras_largebatch.api_export import keras_largebatch_export
@@ -61,9 +61,9 @@ class AdaptiveBatch(keras.callbacks.Callback):
     (AdaScale's gain, from the statistics at the change) or `"linear"`
     (`S`).
 
-    State: the batch decision is the `NoiseScaleOptimizer`'s (created in
-    `set_model` around `model.optimizer` if it holds none): the k in
-    effect and the rate factor are its variables, saved with the
+    State: the batch in effect is the `NoiseScaleOptimizer`'s (created in
+    `set_model` around `model.optimizer` if it holds none; `in_effect.py`):
+    the k in effect and the rate factor are its variables, saved with the
     optimizer, so a run restored by `BackupAndRestore` goes on at the
     batch it had; this callback decides and re-makes the train function.
     Every replica and process takes the same decision at the same
@@ -82,8 +82,8 @@ class AdaptiveBatch(keras.callbacks.Callback):
     tuned rate starts at 4 x that batch, follows 4 x B_simple, up to 8 x
     (how that compares with tuned fixed batches: docs/large-batch-study.md).
     A restored run keeps the k and rate factor it saved, and decides on
-    with the arguments given (`defaults.PREVIOUS` holds the ones a run
-    begun before these defaults resumes with).
+    with the arguments given. The arguments are checked in `batches.py`,
+    which the command's flags share.
 
     Args:
         batch_size: Int >= 1, the examples of one step of `fit` across
@@ -135,63 +135,24 @@ class AdaptiveBatch(keras.callbacks.Callback):
                  anneal_fraction=None,
                  anneal_multiple=defaults.ANNEAL_MULTIPLE):
         super().__init__()
-        check_int("batch_size", batch_size, 1)
-        require(policy in policies.POLICIES, "policy", policy,
-                " or ".join(repr(p) for p in policies.POLICIES))
-        check_number("c", c, lambda x: x > 0, "> 0")
-        require(learning_rate_rule in rules.RULES,
-                "learning_rate_rule", learning_rate_rule,
-                "one of " + ", ".join(repr(r) for r in rules.RULES))
+        settings = batches.resolve(batches.Settings(
+            batch_size, max_batch_size, policy, c, schedule,
+            learning_rate_rule, start_multiple, anneal_fraction,
+            anneal_multiple))
         if beta is not None:
             check_number("beta", beta, lambda x: 0 <= x < 1, "in [0, 1)")
         if interval is not None:
             check_int("interval", interval, 1)
-        takes_schedule = policies.POLICIES[policy].takes_schedule
-        if start_multiple is None:
-            start_multiple = 1 if takes_schedule else defaults.START_MULTIPLE
-        require(policies.is_power_of_2(start_multiple), "start_multiple",
-                start_multiple, "a power of 2 >= 1")
-        if anneal_fraction is None:
-            anneal_fraction = (0.0 if takes_schedule
-                               else defaults.ANNEAL_FRACTION)
-        check_number("anneal_fraction", anneal_fraction,
-                     lambda x: 0 <= x < 1, "in [0, 1)")
-        require(policies.is_power_of_2(anneal_multiple), "anneal_multiple",
-                anneal_multiple, "a power of 2 >= 1")
-        if takes_schedule:
-            schedule = policies.check_schedule(schedule, batch_size)
-            require(start_multiple == 1, "start_multiple", start_multiple,
-                    f"1 with `policy={policy!r}` (its schedule gives the "
-                    "batches)")
-            require(anneal_fraction == 0, "anneal_fraction", anneal_fraction,
-                    f"0 with `policy={policy!r}` (its schedule gives the "
-                    "batches)")
-            if max_batch_size is None:
-                max_batch_size = schedule[-1][1]
-        else:
-            require(schedule is None, "schedule", schedule,
-                    f"None unless `policy="
-                    f"{policies.names_where('takes_schedule')}`")
-        require(max_batch_size is None or (
-                    is_number(max_batch_size)
-                    and isinstance(max_batch_size, int)
-                    and max_batch_size >= batch_size
-                    and max_batch_size % batch_size == 0),
-                "max_batch_size", max_batch_size,
-                f"a multiple of `batch_size` ({batch_size})")
-        if schedule:
-            last = schedule[-1][1]
-            require(last <= max_batch_size, "schedule", schedule,
-                    f"batches <= `max_batch_size` ({max_batch_size})")
+        self.settings = settings
         self.batch_size = batch_size
-        self.max_batch_size = max_batch_size  # None: set in `set_model`
-        self.given_max_batch_size = max_batch_size
-        self.start_multiple = start_multiple
-        self.anneal_fraction = float(anneal_fraction)
+        self.max_batch_size = settings.max_batch_size  # None: `set_model`'s
+        self.given_max_batch_size = settings.max_batch_size
+        self.start_multiple = settings.start_multiple
+        self.anneal_fraction = settings.anneal_fraction
         self.anneal_multiple = anneal_multiple
         self.policy = policy
         self.c = float(c)
-        self.schedule = schedule
+        self.schedule = settings.schedule
         self.learning_rate_rule = learning_rate_rule
         self.beta = beta
         self.interval = interval
@@ -199,31 +160,16 @@ class AdaptiveBatch(keras.callbacks.Callback):
 
     def set_model(self, model):
         super().set_model(model)
-        self.state = noise_scale.wrap_optimizer(model, self.beta, self.interval)
-        k0 = self.state.initial_accumulation_steps
-        require(k0 is not None and k0 >= 2, "gradient_accumulation_steps", k0,
-                "an int >= 2 on the compiled optimizer (its inner one for a "
-                "loss-scale optimizer), so that Keras creates the "
-                "accumulators AdaptiveBatch grows")
-        start = self.batch_size * k0
-        if self.given_max_batch_size is None:
-            self.max_batch_size = start * defaults.MAX_MULTIPLE
-        require(self.max_batch_size >= start * self.start_multiple,
-                "max_batch_size", self.max_batch_size,
-                f">= the first batch, batch_size * "
-                f"gradient_accumulation_steps * start_multiple = "
-                f"{start * self.start_multiple}")
-        require(policies.grows_by_powers_of_2(self.schedule or (), start),
-                "schedule", self.schedule,
-                f"batches of batch_size * {k0} * 2**j ({start}, "
-                f"{start * 2}, ...)")
-        self.state.reset_batch_decisions()
+        self.state = noise_scale.wrap_optimizer(model, self.beta,
+                                                self.interval)
+        self.max_batch_size = batches.check_compiled(
+            self.settings, self.state.initial_accumulation_steps)
+        in_effect.reset(self.state)
 
     @property
     def accumulation_steps(self):
         """The k in effect: micro-batches per update."""
-        return noise_scale.accumulating_optimizer(
-            self.state).gradient_accumulation_steps
+        return in_effect.steps(self.state)
 
     @property
     def global_batch_size(self):
@@ -231,7 +177,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
         return self.batch_size * self.accumulation_steps
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self.state.restore_saved_batch():
+        if in_effect.restore_saved(self.state):
             self.model.make_train_function(force=True)
         annealing = self._annealing(epoch)
         k = self._decide(epoch)
@@ -239,7 +185,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
             k = min(max(k, self.accumulation_steps),
                     self.state.initial_accumulation_steps
                     * self.anneal_multiple)
-        if self.state.ask_accumulation_steps(k, shrink=annealing):
+        if in_effect.ask(self.state, k, shrink=annealing):
             self._switch_when_aligned(0)
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -271,8 +217,8 @@ class AdaptiveBatch(keras.callbacks.Callback):
         """The k this epoch's start asks for (before never-shrink)."""
         policy = policies.POLICIES[self.policy]
         k0 = self.state.initial_accumulation_steps
-        largest = k0 * 2 ** int(math.log2(
-            self.max_batch_size // (self.batch_size * k0)))
+        largest = batches.largest_accumulation_steps(
+            self.batch_size, k0, self.max_batch_size)
         b_simple = (self._b_simple() if policy.reads_noise_scale
                     else float("nan"))
         k = policy.accumulation_steps(policies.Inputs(
@@ -285,11 +231,11 @@ class AdaptiveBatch(keras.callbacks.Callback):
         # On JAX `self.model` syncs the state, so the counter is current.
         counter = noise_scale.accumulating_optimizer(
             self.model.optimizer)._iterations
-        left = self.state.micro_batches_to_switch(
-            int(ops.convert_to_numpy(counter)))
+        left = in_effect.micro_batches_to_switch(
+            self.state, int(ops.convert_to_numpy(counter)))
         if left == 0:
             k = self.state.pending_accumulation_steps
-            self.state.set_accumulation_steps(k, self._factor(k))
+            in_effect.put_into_effect(self.state, k, self._factor(k))
             self.model.make_train_function(force=True)
         else:
             # When to read the counter next, not state: found again from it.

@@ -5,17 +5,12 @@ whose name is the `policy=` argument (and a choice of `--adaptive_batch`),
 whose docstring says the rule, whose attributes say what it needs and
 whose `accumulation_steps` decides. `AdaptiveBatch` and the command's
 flags read `POLICIES` and nothing else.
-
-The checks of a batch schedule (`[(epoch, batch), ...]`) live here too,
-used by both `AdaptiveBatch` and `--batch_schedule`.
 """
 
 import math
 from typing import NamedTuple
 
-from keras_largebatch._shared import is_number
 from keras_largebatch._shared import registrar
-from keras_largebatch._shared import require
 
 POLICIES = {}
 """Name -> the registered `Policy`, in registration order."""
@@ -62,13 +57,6 @@ class Policy:
 register = registrar(POLICIES, Policy)
 
 
-def names_where(attribute):
-    """`"'a' or 'b'"`: the names of the policies whose `attribute` is
-    true, as messages show them."""
-    return " or ".join(repr(name) for name, policy in POLICIES.items()
-                       if getattr(policy, attribute))
-
-
 @register
 class NoiseScale(Policy):
     """McCandlish et al.'s balanced point: the batch nearest, in log scale,
@@ -106,42 +94,3 @@ class Schedule(Policy):
             if start <= inputs.epoch:
                 batch = size
         return batch // inputs.batch_size
-
-
-def check_schedule(schedule, batch_size):
-    """`schedule` as a list of `(epoch, batch)` tuples; raises unless it is
-    a non-empty list of pairs of ints, epochs increasing from 0, batches
-    non-decreasing multiples of `batch_size`."""
-    valid = (isinstance(schedule, (list, tuple)) and len(schedule) > 0
-             and all(isinstance(s, (list, tuple)) and len(s) == 2
-                     and _is_int(s[0]) and s[0] >= 0 and _is_int(s[1])
-                     and s[1] >= batch_size and s[1] % batch_size == 0
-                     for s in schedule))
-    valid = valid and epochs_increase(schedule) and all(
-        a[1] <= b[1] for a, b in zip(schedule, schedule[1:]))
-    require(valid, "schedule", schedule,
-            "a non-empty list of (epoch, batch) for "
-            f"`policy={names_where('takes_schedule')}`: epochs increasing "
-            "from 0, batches non-decreasing multiples of `batch_size` "
-            f"({batch_size})")
-    return [tuple(s) for s in schedule]
-
-
-def epochs_increase(schedule):
-    """Whether the epochs of `[(epoch, batch), ...]` strictly increase."""
-    return all(a[0] < b[0] for a, b in zip(schedule, schedule[1:]))
-
-
-def grows_by_powers_of_2(schedule, start):
-    """Whether every batch of `[(epoch, batch), ...]` is `start * 2**j`."""
-    return all(batch % start == 0 and is_power_of_2(batch // start)
-               for _, batch in schedule)
-
-
-def _is_int(x):
-    return is_number(x) and isinstance(x, int)
-
-
-def is_power_of_2(n):
-    """Whether `n` is an int (not a bool) among 1, 2, 4, 8, ..."""
-    return _is_int(n) and n >= 1 and n & (n - 1) == 0

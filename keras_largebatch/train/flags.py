@@ -29,6 +29,7 @@ from absl import flags
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
+from keras_largebatch.adaptive_batch import batches as adaptive_batches
 from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
 from keras_largebatch.adaptive_batch import policies as adaptive_policies
 from keras_largebatch.adaptive_batch import rules as adaptive_rules
@@ -441,16 +442,26 @@ def _micro_batch(values):
     return values["global_batch_size"] // values["gradient_accumulation_steps"]
 
 
+# `AdaptiveBatch`'s arguments as the command's flags name them.
+ADAPTIVE_FLAG_NAMES = {
+    "max_batch_size": "max_global_batch_size", "policy": "adaptive_batch",
+    "c": "noise_scale_multiple", "schedule": "batch_schedule",
+    "learning_rate_rule": "adaptive_learning_rate",
+    "start_multiple": "adaptive_start_multiple",
+    "anneal_fraction": "adaptive_anneal_fraction",
+    "anneal_multiple": "adaptive_anneal_multiple",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+}
+
+
 def _adaptive_batch_fits(values):
-    """`--adaptive_batch`'s flags together: accumulation to grow, a largest
-    batch a multiple of the micro-batch and not below the start, a
-    schedule of the start times powers of 2 (and only with a policy that
-    takes one), a multiple of B_simple other than the default only with a
-    policy that reads it (`adaptive_batch.policies` says which)."""
-    name, start = values["adaptive_batch"], values["global_batch_size"]
+    """`--adaptive_batch`'s flags together: here what the command alone
+    knows (the schedule's syntax, its epochs below `--epochs`, the flags a
+    policy does not read left at their defaults), then `AdaptiveBatch`'s
+    own checks (`adaptive_batch.batches`), naming the flags."""
+    name = values["adaptive_batch"]
     policy = adaptive_policies.POLICIES.get(name)
-    largest, steps = values["max_global_batch_size"], _parse_schedule(
-        values["batch_schedule"])
+    steps = _parse_schedule(values["batch_schedule"])
     require(steps is not None, "batch_schedule", values["batch_schedule"],
             "EPOCH:BATCH,... with int epochs >= 0 and batches >= 1")
     if not (policy and policy.takes_multiple):
@@ -460,85 +471,50 @@ def _adaptive_batch_fits(values):
                 f"{adaptive_defaults.NOISE_SCALE_MULTIPLE:g} without "
                 f"--adaptive_batch={_policies_where('takes_multiple')}")
     if policy is None:
-        require(not largest, "max_global_batch_size", largest,
-                "0 without --adaptive_batch")
-        require(not steps, "batch_schedule", values["batch_schedule"],
-                "empty without --adaptive_batch="
-                f"{_policies_where('takes_schedule')}")
+        _unused_without_adaptive_batch(values, steps)
         return
-    k = values["gradient_accumulation_steps"]
-    require(k >= 2, "gradient_accumulation_steps", k,
-            ">= 2 with --adaptive_batch (the batch grows by accumulating "
-            "more micro-batches per update, and Keras accumulates only from "
-            "2)")
-    micro = _micro_batch(values)
-    if not policy.takes_schedule:
-        require(not steps, "batch_schedule", values["batch_schedule"],
-                f"empty with --adaptive_batch={name}")
-        largest = largest or start * adaptive_defaults.MAX_MULTIPLE
-        first = start * start_multiple(values)
-        require(largest >= first, "max_global_batch_size", largest,
-                f">= the first batch, --global_batch_size x "
-                f"--adaptive_start_multiple ({first})")
-    else:
-        require(steps, "batch_schedule", values["batch_schedule"],
-                f"EPOCH:BATCH,... with --adaptive_batch={name}")
-        require(adaptive_policies.epochs_increase(steps)
-                and steps[-1][0] < values["epochs"],
-                "batch_schedule", values["batch_schedule"],
-                f"increasing epochs below `epochs` ({values['epochs']})")
-        require(adaptive_policies.grows_by_powers_of_2(steps, start),
-                "batch_schedule", values["batch_schedule"],
-                f"batches of --global_batch_size ({start}) times a "
-                "power of 2")
-        largest = largest or steps[-1][1]
-        require(steps[-1][1] <= largest, "batch_schedule",
+    if steps:
+        require(steps[-1][0] < values["epochs"], "batch_schedule",
                 values["batch_schedule"],
-                f"batches <= --max_global_batch_size ({largest})")
-    require(largest >= start, "max_global_batch_size", largest,
-            f">= --global_batch_size ({start})")
-    require(largest % micro == 0, "max_global_batch_size", largest,
-            f"a multiple of the micro-batch, --global_batch_size / "
-            f"--gradient_accumulation_steps ({micro})")
+                f"epochs below `epochs` ({values['epochs']})")
+    flag_of = ADAPTIVE_FLAG_NAMES
+    names = adaptive_batches.Names(
+        flag_of,
+        {argument: f"--{flag}" for argument, flag in flag_of.items()}
+        | {"batch_size": "--global_batch_size / "
+                         "--gradient_accumulation_steps"},
+        {argument: values[flag] for argument, flag in flag_of.items()})
+    settings = adaptive_batches.resolve(adaptive_batches.Settings(
+        _micro_batch(values), values["max_global_batch_size"] or None, name,
+        values["noise_scale_multiple"], steps or None,
+        values["adaptive_learning_rate"],
+        values["adaptive_start_multiple"] or None,
+        values["adaptive_anneal_fraction"],
+        values["adaptive_anneal_multiple"]), names)
+    adaptive_batches.check_compiled(
+        settings, values["gradient_accumulation_steps"], names)
 
 
-def _adaptive_start_fits(values):
-    """`--adaptive_start_multiple`: 0 or a power of 2, above 1 only with a
-    policy without a schedule."""
-    policy = adaptive_policies.POLICIES.get(values["adaptive_batch"])
+def _unused_without_adaptive_batch(values, steps):
+    """Without `--adaptive_batch`, its flags keep their defaults
+    (`--adaptive_anneal_multiple` a power of 2)."""
+    require(not values["max_global_batch_size"], "max_global_batch_size",
+            values["max_global_batch_size"], "0 without --adaptive_batch")
+    require(not steps, "batch_schedule", values["batch_schedule"],
+            f"empty without --adaptive_batch="
+            f"{_policies_where('takes_schedule')}")
     multiple = values["adaptive_start_multiple"]
-    if not (policy and not policy.takes_schedule):
-        require(multiple in (0, 1), "adaptive_start_multiple", multiple,
-                "0 or 1 without --adaptive_batch="
-                f"{_policies_where('takes_multiple')}")
-    require(multiple == 0 or adaptive_policies.is_power_of_2(multiple),
-            "adaptive_start_multiple", multiple, "0 or a power of 2")
-
-
-def _adaptive_anneal_fits(values):
-    """`--adaptive_anneal_fraction` only with a policy without a schedule
-    (else its default); `--adaptive_anneal_multiple` a power of 2."""
-    policy = adaptive_policies.POLICIES.get(values["adaptive_batch"])
+    require(multiple in (0, 1), "adaptive_start_multiple", multiple,
+            "0 or 1 without --adaptive_batch="
+            f"{_policies_where('takes_multiple')}")
     fraction = values["adaptive_anneal_fraction"]
-    if not (policy and not policy.takes_schedule):
-        require(fraction == adaptive_defaults.ANNEAL_FRACTION,
-                "adaptive_anneal_fraction", fraction,
-                f"{adaptive_defaults.ANNEAL_FRACTION:g} without "
-                f"--adaptive_batch={_policies_where('takes_multiple')}")
+    require(fraction == adaptive_defaults.ANNEAL_FRACTION,
+            "adaptive_anneal_fraction", fraction,
+            f"{adaptive_defaults.ANNEAL_FRACTION:g} without "
+            f"--adaptive_batch={_policies_where('takes_multiple')}")
     multiple = values["adaptive_anneal_multiple"]
-    require(adaptive_policies.is_power_of_2(multiple),
+    require(adaptive_batches.is_power_of_2(multiple),
             "adaptive_anneal_multiple", multiple, "a power of 2")
-
-
-def start_multiple(values):
-    """`--adaptive_start_multiple` of `values` ({flag: value}) with 0
-    resolved: `adaptive_batch.defaults.START_MULTIPLE` for a policy without
-    a schedule, else 1."""
-    policy = adaptive_policies.POLICIES.get(values["adaptive_batch"])
-    if values["adaptive_start_multiple"]:
-        return values["adaptive_start_multiple"]
-    return (adaptive_defaults.START_MULTIPLE
-            if policy and not policy.takes_schedule else 1)
 
 
 def _policies_where(attribute):
@@ -550,13 +526,7 @@ def _policies_where(attribute):
 
 RULES = (
     Rule(("image_size", "model", "dataset"), _image_size_fits_the_model),
-    Rule(("adaptive_batch", "adaptive_start_multiple"), _adaptive_start_fits),
-    Rule(("adaptive_batch", "adaptive_anneal_fraction",
-          "adaptive_anneal_multiple"), _adaptive_anneal_fits),
-    Rule(("adaptive_batch", "max_global_batch_size", "batch_schedule",
-          "noise_scale_multiple", "adaptive_start_multiple",
-          "global_batch_size",
-          "gradient_accumulation_steps", "epochs"),
+    Rule((*ADAPTIVE_FLAG_NAMES.values(), "global_batch_size", "epochs"),
          _adaptive_batch_fits),
     # Each worker would compute statistics of its own batches and assign
     # them to mirrored variables: they would differ between workers.

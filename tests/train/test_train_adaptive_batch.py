@@ -176,6 +176,26 @@ def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
         defaults.ANNEAL_FRACTION, defaults.ANNEAL_MULTIPLE)
 
 
+@pytest.mark.parametrize("flags", [
+    ["--adaptive_batch=noise_scale", "--max_global_batch_size=128",
+     "--adaptive_anneal_fraction=0.25"],
+    SCHEDULE,
+])
+def test_the_flags_check_the_settings_the_callback_is_given(flags, tmp_path,
+                                                            monkeypatch):
+    from keras_largebatch.adaptive_batch import batches
+    from keras_largebatch.train import builders
+
+    checked, check = [], batches.check_compiled
+    monkeypatch.setattr(batches, "check_compiled", lambda settings, k0, *a: (
+        checked.append((settings, k0)), check(settings, k0, *a))[1])
+    config = train_main.parse(["prog", *TINY, *flags,
+                               f"--model_dir={tmp_path}/run"])
+    callback, = builders._adaptive_batch(config.adaptive, 8)
+    # One check, `AdaptiveBatch`'s own, on the settings it is given.
+    assert checked == [(callback.settings, 2)]
+
+
 @pytest.mark.parametrize("policy, fraction", [
     ("noise_scale", 0.0), ("schedule", None), ("none", None)])
 def test_a_run_recorded_before_the_anneal_resumes_without_one(policy,
