@@ -6,7 +6,9 @@ Each part is a list of tasks (JSON dicts) that a worker process runs with
 
 a. `task_a`: ResNet-50 training images/s (`bench/micro/applications.py`'s
    `build_model` and `fit_images_per_s`), one (backend, model, optimizer)
-   item a task; the `compiled` part is the same with `jit_compile=True`;
+   item a task, with the time from `fit`'s start to the end of its first
+   step (`first_step_s`: the compilation, apart from the steady images/s);
+   the `compiled` part is the same with `jit_compile=True`;
 b. `task_b`: the optimizer-step times of `bench/micro/optimizer_step.py`'s
    `measure_backend`, one backend a task;
 part c is not a worker task: `bench/gpu_campaign.py`'s `run_c` hands a
@@ -16,6 +18,7 @@ study plan to the study's runner (`bench/study.py run`).
 import importlib.util
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -39,7 +42,8 @@ A_SETTINGS = dict(size=224, batch=256, steps=20, warmup=5,
                   precision="mixed_float16")
 B_SETTINGS = dict(steps=20, optimizers=None)
 B_BACKENDS = ("jax", "torch")
-# The torch step Keras compiles (`jit_compile=True`, torch.compile).
+# The torch step Keras compiles (`jit_compile=True`, torch.compile), run
+# before part a: stock against LARSMixed, each against eager torch and JAX.
 COMPILED_ITEMS = [("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed")]
 SMOKE_A = [("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
            ("torch", "keras", "lars_mixed"), ("torch", "v1", "lamb_mixed")]
@@ -102,13 +106,50 @@ def task_a(task):
     keras.backend.clear_session()
     keras.config.set_dtype_policy(s["precision"])
     model = apps.build_model(task["model"], s["size"])
+    first = time_first_step(model, task["key"])
     result = apps.fit_images_per_s(
         model, make_optimizer(task["optimizer"]), s["batch"], s["size"],
         s["steps"], s["warmup"],
         jit_compile=True if task.get("compiled") else "auto")
     keras.config.set_dtype_policy("float32")
-    return dict(result, model=apps.LABELS[task["model"]],
+    return dict(result, first_step_s=first.get("seconds"),
+                model=apps.LABELS[task["model"]],
                 optimizer=OPTIMIZERS[task["optimizer"]])
+
+
+def time_first_step(model, key):
+    """A dict that gets `seconds`: from `fit`'s making of the train
+    function to the end of the first step on the device (compilation
+    included); also written to the worker's log as it happens, so that an
+    item that runs out of time still says whether it compiled. Wraps only
+    the first call: the steps after are timed as before."""
+    import keras
+
+    timing = {}
+    make = model.make_train_function
+
+    def make_timed(force=False):
+        start = time.perf_counter()
+        make(force)
+        function = model.train_function
+        if timing or function is None or getattr(function, "timed", False):
+            return
+
+        def first_call(*args, **kwargs):
+            out = function(*args, **kwargs)
+            # Waits for the step: one leaf's value leaves the device.
+            keras.ops.convert_to_numpy(keras.tree.flatten(out)[0])
+            timing["seconds"] = time.perf_counter() - start
+            print(f"{key}: first step after {timing['seconds']:.1f} s",
+                  file=sys.stderr, flush=True)
+            model.train_function = function
+            return out
+
+        first_call.timed = True
+        model.train_function = first_call
+
+    model.make_train_function = make_timed
+    return timing
 
 
 def task_b(task):

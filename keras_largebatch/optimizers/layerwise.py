@@ -62,6 +62,12 @@ class GradientStep:
             `cond` that skips non-finite steps (a `tf.distribute` strategy
             without `merge_call` cannot update that counter, whose value is
             the first replica's, inside a `cond`).
+        finite: `None` when the step is known to be applied; else a 0-d
+            boolean device tensor, and where it is false the rule writes
+            nothing: no variable, slot or counter changes (the gradients may
+            then hold infinities and NaNs). The torch wrapper's step that
+            never waits for the device (`torch_mixed`) masks a skipped step
+            this way, rather than read the flag on the host.
     """
 
     inverse_scale: Any = None
@@ -70,6 +76,7 @@ class GradientStep:
     )
     reduced: bool = False
     counted: bool = True
+    finite: Any = None
 
     @property
     def unscaled(self):
@@ -160,6 +167,14 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
         """
         if gradient_step is None or _is_plain(gradient_step):
             return super().apply(grads, trainable_variables)
+        if gradient_step.finite is not None and not masks_skipped_steps(self):
+            raise ValueError(
+                "A `gradient_step` with a `finite` flag needs a fused path "
+                f"that masks a skipped step; {type(self).__name__} has none "
+                f"on {keras.backend.backend()} with these settings (an EMA, "
+                "gradient accumulation or `use_fused_path=False`). "
+                f"Received: gradient_step.finite={gradient_step.finite}"
+            )
         if not gradient_step.unscaled and clips_or_accumulates(self):
             raise ValueError(
                 "A `gradient_step` with an `inverse_scale` needs unscaled "
@@ -193,7 +208,10 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
                     if variable.constraint is not None:
                         variable.assign(variable.constraint(variable))
         if gradient_step.counted:
-            self._iterations.assign_add(1)
+            self._iterations.assign_add(
+                1 if gradient_step.finite is None else
+                ops.cast(gradient_step.finite, self._iterations.dtype)
+            )
 
     def _apply_gradients(self, grads, variables, gradient_step):
         """Keras' `_backend_apply_gradients` with `gradient_step` handed to
@@ -390,6 +408,24 @@ def fused_update_step(optimizer):
     class (or the nearest ancestor) declares it in `fused_paths`,
     `update_step(optimizer, grads, variables, learning_rate,
     gradient_step)`, or None."""
+    module = _fused_module(optimizer)
+    return None if module is None else module.update_step
+
+
+def masks_skipped_steps(optimizer):
+    """Whether `optimizer.apply` takes a `GradientStep` whose `finite` is a
+    device flag: its fused path masks a skipped step (the module says so in
+    `MASKS_SKIPPED_STEPS`), and nothing Keras' `apply` adds around the rule
+    writes then (an EMA, gradient accumulation)."""
+    module = _fused_module(optimizer) if optimizer.use_fused_path else None
+    return bool(
+        getattr(module, "MASKS_SKIPPED_STEPS", False)
+        and not optimizer.use_ema
+        and not optimizer.gradient_accumulation_steps
+    )
+
+
+def _fused_module(optimizer):
     name = type(optimizer).fused_paths.get(keras.backend.backend())
     if name is None:
         return None
@@ -398,7 +434,7 @@ def fused_update_step(optimizer):
     module = sys.modules.get(name)
     if module is None:
         module = importlib.import_module(name)
-    return module.update_step
+    return module
 
 
 def norm(x):
@@ -470,7 +506,7 @@ def _is_updatable(variable):
 
 def _is_plain(step):
     return (step.unscaled and not step.squared_norms and not step.reduced
-            and step.counted)
+            and step.counted and step.finite is None)
 
 
 def clips_or_accumulates(optimizer):

@@ -43,8 +43,10 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
     norms), so the check is the only extra pass. Where the rule clips or
     accumulates gradients, those need unscaled values: the gradients are
     unscaled first (on torch in place, in one pass with the check, as
-    `torch.amp.GradScaler` does; `torch_mixed`). With `dynamic=False` the
-    scale stays `initial_scale`, and a non-finite step is still skipped.
+    `torch.amp.GradScaler` does; `torch_mixed`). On torch the skip is a
+    mask on the device rather than a branch on the host, where the rule can
+    mask (`torch_mixed`). With `dynamic=False` the scale stays
+    `initial_scale`, and a non-finite step is still skipped.
 
     Under `mixed_float16` the model's variables are float32 and are their
     own masters. Under the `float16` policy each float16 (or bfloat16)
@@ -265,7 +267,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         return self._finite_and_squares(grads)[0]
 
     def _apply_finite(self, grads, variables, squares=None, unscaled=False,
-                      counted=True):
+                      counted=True, finite=None):
         """The rule on the masters of `variables`, then the scale doubles
         after `dynamic_growth_steps` finite steps.
 
@@ -274,7 +276,10 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
         `counted=False` leaves the rule's step counter to the caller. The
         rule's `GradientStep` holds `1 / loss_scale` and the squared norms
         where it takes loss-scaled gradients; where it clips or accumulates
-        them, they are unscaled here first (unless `unscaled`).
+        them, they are unscaled here first (unless `unscaled`). `finite`:
+        None, or the step's flag as a device tensor, which the rule masks
+        its update with (`layerwise.masks_skipped_steps`, torch only); where
+        it is false, this is `_skip`.
         """
         targets = [self._target(v) for v in variables]
         inverse, norms = None, {}
@@ -300,6 +305,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             # Under tf.distribute the loss-scaled gradients were summed first.
             reduced=keras.backend.backend() == "tensorflow",
             counted=counted,
+            finite=finite,
         )
         for v, master in zip(variables, targets):
             if master is not v:
@@ -317,6 +323,11 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
             if master is not v:
                 v.assign(ops.cast(master, v.dtype))
         if not self.dynamic:
+            return
+        if finite is not None:
+            from keras_largebatch.optimizers import torch_mixed
+
+            torch_mixed.update_scale(self, finite)
             return
         # No cond: branches that assign cannot be traced statelessly (JAX).
         counter, scale = self.step_counter.value, self.dynamic_scale.value

@@ -9,7 +9,14 @@ of them have fake (meta) implementations, so the step also runs under
 scalars (trust ratios, decay factors) stay one device vector, handed to the
 `_foreach` ops as its 0-d slices (`torch.unbind`): nothing waits for the
 device.
+
+A step that may be skipped (`GradientStep.finite`, a device flag) is masked
+here too: a rule zeroes the non-finite gradients with `where_finite` (or
+hands the flag to a kernel that skips, as `torch.amp` does), and multiplies
+its per-variable scalars by the flag.
 """
+
+import functools
 
 import keras
 import torch
@@ -40,6 +47,29 @@ def flags(values, device, dtype=torch.float32):
     return torch.tensor(values, dtype=dtype, device=device)
 
 
+def rule_vectors(rules, weight_decay, device):
+    """`(decay, adapted, decayed)` for the `VariableRule`s of a step: each
+    variable's weight decay (0 where not decayed) and whether it is adapted,
+    as device vectors, and the indices of the decayed ones. Made once per
+    set of rules eagerly (a host-to-device copy per step otherwise), and
+    as constants under `torch.compile`."""
+    key = (tuple(rules), float(weight_decay), device)
+    if torch.compiler.is_compiling():
+        return _rule_vectors(*key)
+    return _cached_rule_vectors(*key)
+
+
+def _rule_vectors(rules, weight_decay, device):
+    return (
+        flags([weight_decay if r.decayed else 0.0 for r in rules], device),
+        flags([r.adapted for r in rules], device, torch.bool),
+        [i for i, r in enumerate(rules) if r.decayed and weight_decay > 0],
+    )
+
+
+_cached_rule_vectors = functools.lru_cache(maxsize=64)(_rule_vectors)
+
+
 def scalar(value, device):
     """A step's scalar (learning rate, `1 / loss_scale`, bias correction)
     as a float32 device tensor: as a Python number it would sync with the
@@ -55,6 +85,28 @@ def norms(tensors, known=None):
     if known is not None and all(s is not None for s in known):
         return torch.stack(list(known)).sqrt()
     return torch.stack(torch._foreach_norm(tensors, dtype=torch.float32))
+
+
+def norm_pair(first, second, known=None):
+    """`(norms(first), norms(second, known))`; without the known squared
+    norms, both from one `_foreach_norm` over the two lists."""
+    if known is not None and all(s is not None for s in known):
+        return norms(first), norms(second, known)
+    both = norms(list(first) + list(second))
+    return both[:len(first)], both[len(first):]
+
+
+def where_finite(tensors, finite):
+    """The float32 `tensors` where the 0-d boolean `finite` holds, else
+    zeros, with no host read: compiled, a `where` each (which inductor fuses
+    into the kernels that read the tensor); eagerly, one multi-tensor
+    multiply of their bits as int32 by 1 or 0 (in float32, `0 * inf` is
+    NaN). New tensors: the caller's are left as they are."""
+    if torch.compiler.is_compiling():
+        return [torch.where(finite, t, 0.0) for t in tensors]
+    bits = torch._foreach_mul([t.view(torch.int32) for t in tensors],
+                              finite.to(torch.int32))
+    return [b.view(torch.float32) for b in bits]
 
 
 def squared_norms(tensors):

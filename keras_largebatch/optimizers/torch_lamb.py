@@ -18,16 +18,24 @@ that differ per variable enter through `_foreach_addcmul_`, which on CUDA
 runs its multi-tensor kernel with a list of 0-d tensors (`_foreach_mul_`
 and `_foreach_add_` launch one kernel per tensor there); `c1` is folded into
 them, so that the rest takes one scalar for all. The norms are one
-`_foreach_norm` each: a constant number of ops per step, all of which
+`_foreach_norm` over both lists: a constant number of ops per step, all of which
 compile under `torch.compile`. The mixed wrappers hand this path unscaled
 gradients on torch (unscaled in place, in one pass with the finiteness
 check), so the division by the loss scale here runs only for a caller that
 folds it. Variables of other dtypes go through the per-variable path.
+
+A step a mixed wrapper may skip (`GradientStep.finite`, a device flag) is
+masked without a host read: the gradients zeroed
+(`torch_foreach.where_finite`), the moments' decay 1, the weights' scale 0.
 """
 
 import torch
 
 from keras_largebatch.optimizers import torch_foreach
+
+
+MASKS_SKIPPED_STEPS = True
+"""A `GradientStep.finite` flag masks the step (`torch_foreach`)."""
 
 
 @torch.no_grad()
@@ -46,17 +54,26 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     ms = [optimizer.momentums[i].value for i in indices]
     vs = [optimizer.velocities[i].value for i in indices]
     device = weights[0].device
+    _, adapted, decayed = torch_foreach.rule_vectors(
+        [rule for _, _, rule in fused], optimizer.weight_decay, device)
     lr = torch_foreach.scalar(learning_rate, device)
     c1, c2 = (
         torch_foreach.scalar(c, device) for c in optimizer.bias_corrections()
     )
+    finite = gradient_step.finite
+    beta_1, beta_2 = optimizer.beta_1, optimizer.beta_2
+    if finite is not None:
+        # A skipped step: zero gradients, moments kept (a decay of 1).
+        grads = torch_foreach.where_finite(grads, finite)
+        beta_1 = torch.where(finite, beta_1, 1.0)
+        beta_2 = torch.where(finite, beta_2, 1.0)
 
     inverse = gradient_step.inverse_scale  # None: unscaled
     if inverse is not None:
         grads = torch._foreach_mul(grads, torch_foreach.scalar(inverse, device))
-    torch._foreach_mul_(ms, optimizer.beta_1)
+    torch._foreach_mul_(ms, beta_1)
     torch._foreach_add_(ms, grads, alpha=1.0 - optimizer.beta_1)
-    torch._foreach_mul_(vs, optimizer.beta_2)
+    torch._foreach_mul_(vs, beta_2)
     torch._foreach_addcmul_(vs, grads, grads, value=1.0 - optimizer.beta_2)
     q = torch._foreach_sqrt(vs)
     torch._foreach_mul_(q, c2.rsqrt())
@@ -64,17 +81,17 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     torch._foreach_reciprocal_(q)
     torch._foreach_mul_(q, ms)
 
-    rules = [rule for _, _, rule in fused]
-    decayed = [i for i, rule in enumerate(rules) if rule.decayed]
     if decayed:
         decay = [c1 * optimizer.weight_decay] * len(decayed)
         torch._foreach_addcmul_(
             [q[i] for i in decayed], [weights[i] for i in decayed], decay
         )
-    adapted = torch_foreach.flags([r.adapted for r in rules], device, torch.bool)
-    w_norm, q_norm = torch_foreach.norms(weights), torch_foreach.norms(q)
-    valid = adapted & (w_norm > 0) & (q_norm > 0)
-    trust = torch.where(valid, c1 * w_norm / torch.where(valid, q_norm, 1.0), 1.0)
+    w_norm, q_norm = torch_foreach.norm_pair(weights, q)
+    valid = (torch.minimum(w_norm, q_norm) > 0) & adapted
+    trust = torch.where(valid, c1 * w_norm / q_norm, 1.0)
     if optimizer.trust_clip:
         trust = trust.clamp(max=1.0)
-    torch._foreach_addcmul_(weights, q, torch_foreach.scalars(-lr * trust / c1))
+    step = -lr * trust / c1
+    if finite is not None:
+        step = torch.where(finite, step, 0.0)
+    torch._foreach_addcmul_(weights, q, torch_foreach.scalars(step))

@@ -2,9 +2,10 @@
 
 Same arithmetic as `LARS.update_step`, batched over all float32 variables
 (others go through the per-variable path): the norms of the weights and
-of the gradients in one `_foreach_norm` each (or the gradients' from the
+of the gradients in one `_foreach_norm` (or the gradients' from the
 squared norms a mixed wrapper took in its finiteness check), the trust
-ratios as one vector with the exclusions as masks, `1 / loss_scale` folded
+ratios as one vector with the exclusions as masks made once (not copied
+to the device each step), `1 / loss_scale` folded
 into the per-variable gradient scales, and every update in place
 (out-of-place `_foreach_*` ops allocate the model's size again each step):
 
@@ -28,13 +29,24 @@ call per tensor, as PyTorch's own CPU multi-tensor kernels do; the four
 `_foreach_*` passes read and write the model about twice as often
 (`docs/benchmarks.md`). Under `torch.compile` and on other devices the
 `_foreach_*` ops stay.
+
+A step a mixed wrapper may skip (`GradientStep.finite`, a device flag) is
+masked without a host read: `c`, `d` and the weights' update are 0 where
+the flag is false, the momentum 1, the gradients zeroed
+(`torch_foreach.where_finite`); the CPU op hands the flag to the fused
+kernel, which then writes nothing (as `torch.amp.GradScaler` does).
 """
 
 from typing import List
+from typing import Optional
 
 import torch
 
 from keras_largebatch.optimizers import torch_foreach
+
+
+MASKS_SKIPPED_STEPS = True
+"""A `GradientStep.finite` flag masks the step (`torch_foreach`)."""
 
 
 @torch.no_grad()
@@ -48,53 +60,55 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
         return
     grads = [g for g, _, _ in fused]
     keras_vars = [v for _, v, _ in fused]
-    rules = [rule for _, _, rule in fused]
     weights = [v.value for v in keras_vars]
     device = weights[0].device
+    decay, adapted, decayed = torch_foreach.rule_vectors(
+        [rule for _, _, rule in fused], optimizer.weight_decay, device)
 
-    decay_list = [optimizer.weight_decay if r.decayed else 0.0 for r in rules]
-    decay = torch_foreach.flags(decay_list, device)
-    adapted = torch_foreach.flags([r.adapted for r in rules], device, torch.bool)
-    lr = torch_foreach.scalar(learning_rate, device)
-
-    w_norm = torch_foreach.norms(weights)
-    g_norm = torch_foreach.norms(
-        grads,
+    w_norm, g_norm = torch_foreach.norm_pair(
+        weights, grads,
         [optimizer.known_squared_norm(v, gradient_step) for v in keras_vars],
     )
     inverse = gradient_step.inverse_scale  # None: unscaled
     if inverse is not None:
         inverse = torch_foreach.scalar(inverse, device)
         g_norm = g_norm * inverse
-    valid = adapted & (w_norm > 0) & (g_norm > 0)
-    denominator = g_norm + decay * w_norm + optimizer.epsilon
-    trust = torch.where(
-        valid,
-        optimizer.eta * w_norm / torch.where(valid, denominator, 1.0),
-        1.0,
-    )
-    scale = lr * trust
+    # trust = eta * |w| / (|g| + wd * |w| + epsilon), else 1.
+    valid = (torch.minimum(w_norm, g_norm) > 0) & adapted
+    denominator = torch.addcmul(g_norm, decay, w_norm)
+    if optimizer.epsilon:
+        denominator = denominator + optimizer.epsilon
+    trust = torch.where(valid, optimizer.eta * w_norm / denominator, 1.0)
+    scale = torch_foreach.scalar(learning_rate, device) * trust
     grad_scale = scale if inverse is None else scale * inverse
-    decayed = [i for i, d in enumerate(decay_list) if d > 0]
+    decay_scale = scale * decay
+    finite = gradient_step.finite
+    if finite is not None:
+        # A skipped step's norms may be infinite or NaN.
+        grad_scale = torch.where(finite, grad_scale, 0.0)
+        decay_scale = torch.where(finite, decay_scale, 0.0)
 
-    if not optimizer.momentum:
-        _descend(weights, grads, scale, grad_scale, decay, decayed)
-        return
     momentum = optimizer.momentum
-    bufs = [
-        optimizer.momentums[optimizer._get_variable_index(v)].value
-        for v in keras_vars
-    ]
-    if device.type == "cpu" and not torch.compiler.is_compiling():
+    if momentum and uses_cpu_kernel(device):
         torch.ops.keras_largebatch.lars_momentum_(
-            weights, grads, bufs, grad_scale, scale * decay, momentum,
-            optimizer.nesterov)
+            weights, grads, bufs_of(optimizer, keras_vars), grad_scale,
+            decay_scale, momentum, optimizer.nesterov,
+            None if finite is None else (~finite).float())
         return
+    if finite is not None:
+        grads = torch_foreach.where_finite(grads, finite)
+    if not momentum:
+        _descend(weights, grads, grad_scale, decay_scale, decayed)
+        return
+    bufs = bufs_of(optimizer, keras_vars)
     # v = momentum * v + scale * (g + wd * w)
-    torch._foreach_mul_(bufs, momentum)
+    torch._foreach_mul_(
+        bufs,
+        momentum if finite is None else torch.where(finite, momentum, 1.0),
+    )
     torch._foreach_addcmul_(bufs, grads, torch_foreach.scalars(grad_scale))
     if decayed:
-        decay_scales = torch_foreach.scalars(scale * decay)
+        decay_scales = torch_foreach.scalars(decay_scale)
         torch._foreach_addcmul_(
             [bufs[i] for i in decayed],
             [weights[i] for i in decayed],
@@ -102,17 +116,34 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
         )
     if optimizer.nesterov:
         # w = w - momentum * v - scale * (g + wd * w)
-        _descend(weights, grads, scale, grad_scale, decay, decayed)
-        torch._foreach_add_(weights, bufs, alpha=-momentum)
+        _descend(weights, grads, grad_scale, decay_scale, decayed)
+    factor = -momentum if optimizer.nesterov else -1.0
+    if finite is None:
+        torch._foreach_add_(weights, bufs, alpha=factor)
     else:
-        torch._foreach_sub_(weights, bufs)
+        factor = torch.where(finite, factor, 0.0)
+        torch._foreach_addcmul_(weights, bufs, [factor] * len(weights))
 
 
-def _descend(weights, grads, scale, grad_scale, decay, decayed):
-    """w = w - scale * wd * w - scale * g, with `grad_scale` = scale (times
-    1 / loss_scale under loss scaling)."""
+def uses_cpu_kernel(device):
+    """Whether the momentum update is `lars_momentum_` (eagerly on a CPU)
+    rather than the `_foreach_*` ops (compiled, and on other devices)."""
+    return device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def bufs_of(optimizer, keras_vars):
+    """The momentum buffers of `keras_vars`, as torch tensors."""
+    return [
+        optimizer.momentums[optimizer._get_variable_index(v)].value
+        for v in keras_vars
+    ]
+
+
+def _descend(weights, grads, grad_scale, decay_scale, decayed):
+    """w = w - decay_scale * w - grad_scale * g (decay_scale = scale * wd,
+    grad_scale = scale, times 1 / loss_scale under loss scaling)."""
     if decayed:
-        shrink = torch_foreach.scalars(-scale * decay)
+        shrink = torch_foreach.scalars(-decay_scale)
         decayed_weights = [weights[i] for i in decayed]
         torch._foreach_addcmul_(
             decayed_weights, decayed_weights, [shrink[i] for i in decayed]
@@ -125,13 +156,14 @@ def _descend(weights, grads, scale, grad_scale, decay, decayed):
 def momentum_cpu(weights: List[torch.Tensor], grads: List[torch.Tensor],
                  bufs: List[torch.Tensor], grad_scale: torch.Tensor,
                  decay_scale: torch.Tensor, momentum: float,
-                 nesterov: bool) -> None:
+                 nesterov: bool, found_inf: Optional[torch.Tensor]) -> None:
     """v = momentum * v + grad_scale[i] * g + decay_scale[i] * w, then
     w = w - v (Nesterov: w = w - momentum * v - grad_scale[i] * g -
     decay_scale[i] * w), for each tensor i: `torch._fused_sgd_` with a
     rate of 1, the weight decay `decay_scale[i]` and the gradient
     `grad_scale[i] * g`, written into one scratch buffer (the caller's
-    gradients are left as they are)."""
+    gradients are left as they are). Where `found_inf` (a 0-d float) is 1,
+    the kernel writes nothing, as under `torch.amp.GradScaler`."""
     largest = max(g.numel() for g in grads)
     scratch = torch.empty(largest, dtype=torch.float32)
     for w, g, v, c, d in zip(weights, grads, bufs, grad_scale.tolist(),
@@ -141,9 +173,10 @@ def momentum_cpu(weights: List[torch.Tensor], grads: List[torch.Tensor],
         torch._fused_sgd_(
             [w], [scaled], [v], weight_decay=d, momentum=momentum, lr=1.0,
             dampening=0.0, nesterov=nesterov, maximize=False,
-            is_first_step=False)
+            is_first_step=False, found_inf=found_inf)
 
 
 @momentum_cpu.register_fake
-def _(weights, grads, bufs, grad_scale, decay_scale, momentum, nesterov):
+def _(weights, grads, bufs, grad_scale, decay_scale, momentum, nesterov,
+      found_inf):
     return None

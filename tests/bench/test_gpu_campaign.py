@@ -42,8 +42,9 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert "campaign complete" in proc.stdout
 
     record = json.loads(out.with_suffix(".json").read_text())
+    # The compiled torch step comes first, before any eager torch item.
     assert record["smoke"] and record["sessions"][-1]["finished"] == [
-        "a", "b", "cuda", "compiled", "c"]
+        "compiled", "a", "b", "cuda", "c"]
     a = record["a"]["results"]
     assert {k.split("|")[0] for k in a} == {"jax", "torch"}
     assert all(r["images_per_s"] > 0 for r in a.values())
@@ -54,8 +55,11 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert all(r["LARSMixed"] > 0 and r["LSO(SGD)"] > 0 for r in b.values())
     compiled = record["compiled"]
     assert not compiled["failed"], compiled["failed"]
-    assert compiled["results"]["torch|cifar8|lars_mixed|compiled"][
-        "images_per_s"] > 0
+    first = compiled["results"]["torch|cifar8|lars_mixed|compiled"]
+    assert first["images_per_s"] > 0
+    # The time to the first step (compilation) is kept apart.
+    assert first["first_step_s"] > 0
+    assert all(r["first_step_s"] > 0 for r in a.values())
     c = record["c"]
     assert c["complete"] and c["plan"] == "smoke"
     # Part c's runs are the study runner's, in the plan's own record.
@@ -69,6 +73,8 @@ def test_smoke_campaign_fills_every_part(tmp_path):
                     "## c. The study plan `smoke`"):
         assert heading in table
     assert "LARSMixed / LSO(SGD) on torch >= 0.97:" in table
+    assert "LARSMixed / LSO(SGD), compiled torch >= 0.97:" in table
+    assert "compiled torch / JAX, LSO(SGD) >= 0.9 (the moonshot):" in table
 
     # A rerun finds every part done and measures nothing again.
     again = subprocess.run(
@@ -94,6 +100,41 @@ def test_backend_not_installed_is_said_and_its_items_wait(
     assert campaign.session["not_installed"] == {"no_such_backend": ["a"]}
     assert "no_such_backend not installed: a" in campaign_module.markdown(
         campaign.record)
+
+
+def test_compiled_part_runs_first_with_a_budget_for_torch_compile(
+        campaign_module):
+    args = campaign_module.parse_args(["--out", "c"])
+    assert args.parts[0] == "compiled"
+    assert args.compiled_seconds >= 300  # torch.compile of ResNet-50.
+
+
+def test_report_compares_compiled_torch_with_eager_and_jax(campaign_module):
+    def result(images, device, first=None):
+        return dict(images_per_s=images, median_step_s=256 / images,
+                    device=device, model="m", optimizer="o",
+                    first_step_s=first)
+
+    record = dict(
+        a=dict(settings=campaign_module.parts.A_SETTINGS, results={
+            "jax|keras|lso_sgd": result(6000.0, "gpu: NVIDIA H200"),
+            "torch|keras|lso_sgd": result(1000.0, "NVIDIA H200"),
+            "torch|keras|lars_mixed": result(1010.0, "NVIDIA H200"),
+        }),
+        compiled=dict(results={
+            "torch|keras|lso_sgd|compiled": result(5500.0, "NVIDIA H200", 95.0),
+            "torch|keras|lars_mixed|compiled": result(5000.0, "NVIDIA H100",
+                                                      80.0),
+        }, failed={}))
+    table = campaign_module.markdown(record)
+    assert ("| torch|keras|lso_sgd|compiled | NVIDIA H200 | 95.0 | 5,500.0 | "
+            "5.500 | 0.917 |") in table
+    assert "compiled torch / JAX, LSO(SGD) >= 0.9 (the moonshot): 0.917, " \
+        "**met**" in table
+    # Another GPU's numbers are not compared.
+    assert "LARSMixed / LSO(SGD), compiled torch >= 0.97: not measured" in table
+    assert "compiled torch / JAX, LARSMixed >= 0.9 (the moonshot): not " \
+        "measured" in table
 
 
 def test_part_c_runs_lars_at_depth_side_by_side_by_default(campaign_module):

@@ -1,8 +1,9 @@
 """The torch paths of LARS, LAMB, LARSMixed and LAMBMixed: a constant number
-of torch ops per step whatever the number of variables, no host sync in the
-rules, the float64 reference results (exclusions, zero norms, a skipped
-non-finite step), and the same weights under Keras' `jit_compile=True`
-(`torch.compile`) as eagerly."""
+of torch ops per step whatever the number of variables, no host read in any
+step (a skipped one included: it is masked on the device), the float64
+reference results (exclusions, zero norms, a skipped non-finite step), one
+graph under `torch.compile`, and the same weights under Keras'
+`jit_compile=True` (`torch.compile`) as eagerly."""
 
 import collections
 import os
@@ -55,27 +56,40 @@ def _variables(count, total=4800):
     ]
 
 
-def _op_counts(name, count):
-    """The torch ops one `apply` dispatches (after the first, which builds
-    the state), by name."""
-    import torch
+def _counter():
+    """A dispatch mode that counts the torch ops run under it, by name;
+    views (which alias a tensor and compute nothing) apart."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Counter(TorchDispatchMode):
         def __init__(self):
             super().__init__()
             self.ops = collections.Counter()
+            self.views = collections.Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops[str(func)] += 1
+            (self.views if func.is_view else self.ops)[str(func)] += 1
             return func(*args, **(kwargs or {}))
+
+    return Counter()
+
+
+def _op_counts(name, count, finite=True):
+    """The torch ops one `apply` dispatches (after the first, which builds
+    the state), by name, views left out; `finite=False`: that step's
+    gradients hold an infinity and a NaN."""
+    import torch
 
     variables = _variables(count)
     scale = SCALE if name in MIXED else 1.0
     grads = [torch.full_like(v.value, 1e-3 * scale) for v in variables]
     optimizer = MAKERS[name]()
     optimizer.apply(grads, variables)
-    with Counter() as counter:
+    if not finite:
+        grads = [g.clone() for g in grads]
+        grads[0][0] = float("inf")
+        grads[-1][0] = float("nan")
+    with _counter() as counter:
         optimizer.apply(grads, variables)
     return counter.ops
 
@@ -97,14 +111,115 @@ def test_cpu_momentum_update_is_one_op(name):
         ("aten._foreach_mul_", "aten._foreach_sub_", "aten._fused_sgd_"))]
 
 
+@pytest.mark.parametrize("finite", [True, False])
 @pytest.mark.parametrize("name", MAKERS)
-def test_only_the_skip_decision_waits_for_the_device(name):
+def test_no_step_waits_for_the_device(name, finite):
     # A host read (`.item()`, `bool(tensor)`, a Python scalar taken from a
-    # tensor) dispatches `_local_scalar_dense`. The rules read none; the
-    # mixed wrappers read one: whether to skip the step (as Keras'
-    # LossScaleOptimizer does on torch).
-    reads = _op_counts(name, 10)["aten._local_scalar_dense.default"]
-    assert reads == (1 if name in MIXED else 0)
+    # tensor) dispatches `_local_scalar_dense`. No step reads one: the mixed
+    # wrappers keep whether to skip on the device and mask the update (Keras'
+    # LossScaleOptimizer reads it on torch). A rule without a wrapper takes
+    # non-finite gradients as they are.
+    reads = _op_counts(name, 10, finite)["aten._local_scalar_dense.default"]
+    assert reads == 0
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_host_read_remains_where_the_rule_cannot_mask(name):
+    # An EMA is updated outside the rule's fused path: the step is then
+    # skipped on the host, as before.
+    import torch
+
+    variables = _variables(4)
+    optimizer = MAKERS[name](use_ema=True)
+    grads = [torch.full_like(v.value, 1e-3 * SCALE) for v in variables]
+    optimizer.apply(grads, variables)
+    with _counter() as counter:
+        optimizer.apply(grads, variables)
+    assert counter.ops["aten._local_scalar_dense.default"] >= 1
+
+
+def test_a_finite_flag_is_refused_by_a_rule_that_cannot_mask():
+    import torch
+
+    from keras_largebatch.optimizers import layerwise
+
+    variables = _variables(2)
+    optimizer = klb.LARS(0.1, use_ema=True)
+    optimizer.build(variables)
+    step = layerwise.GradientStep(finite=torch.tensor(True))
+    with pytest.raises(ValueError, match="gradient_step.finite"):
+        optimizer.apply([torch.ones_like(v.value) for v in variables],
+                        variables, gradient_step=step)
+
+
+@pytest.fixture(params=["cpu_kernel", "foreach"])
+def lars_momentum_path(request, monkeypatch):
+    """LARS' momentum update eagerly on a CPU: its CPU op, or the
+    `_foreach_*` ops that other devices (CUDA) run eagerly."""
+    from keras_largebatch.optimizers import torch_lars
+
+    if request.param == "foreach":
+        monkeypatch.setattr(torch_lars, "uses_cpu_kernel", lambda device: False)
+    return request.param
+
+
+@pytest.mark.parametrize("bad", ["inf", "nan"])
+@pytest.mark.parametrize("name", MIXED + ("LARSMixed_nesterov",
+                                          "LARSMixed_no_momentum"))
+def test_overflow_skips_step_and_halves_scale_on_the_device(
+        name, bad, lars_momentum_path):
+    # Masked, not branched on: no weight, slot or counter changes, the scale
+    # halves and its growth count restarts, and nothing is read on the host.
+    import torch
+
+    kwargs = dict(dynamic_growth_steps=3)
+    if name == "LARSMixed_nesterov":
+        optimizer = klb.LARSMixed(0.1, nesterov=True, initial_scale=SCALE,
+                                  **LARS_ARGS, **kwargs)
+    elif name == "LARSMixed_no_momentum":
+        optimizer = klb.LARSMixed(0.1, initial_scale=SCALE, **{
+            **LARS_ARGS, "momentum": 0.0}, **kwargs)
+    else:
+        optimizer = MAKERS[name](**kwargs)
+    variables = _variables(4)
+    grads = [torch.full_like(v.value, 1e-3 * SCALE) for v in variables]
+    optimizer.apply(grads, variables)
+    state = variables + optimizer.inner_optimizer.variables
+    before = [keras.ops.convert_to_numpy(v).copy() for v in state]
+    assert int(keras.ops.convert_to_numpy(optimizer.step_counter)) == 1
+    bad_grads = [g.clone() for g in grads]
+    bad_grads[0][1] = float(bad)
+    bad_grads[3][0] = -float("inf")
+    with _counter() as counter:
+        optimizer.apply(bad_grads, variables)
+    assert counter.ops["aten._local_scalar_dense.default"] == 0
+    for v, b in zip(state, before):  # Iterations and slots too.
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(v), b)
+    assert float(keras.ops.convert_to_numpy(
+        optimizer.dynamic_scale)) == SCALE / 2
+    assert int(keras.ops.convert_to_numpy(optimizer.step_counter)) == 0
+    # The next finite step applies, counted from the restarted count.
+    optimizer.apply([g / 2 for g in grads], variables)
+    assert int(keras.ops.convert_to_numpy(optimizer.step_counter)) == 1
+    assert int(keras.ops.convert_to_numpy(
+        optimizer.inner_optimizer.iterations)) == 2
+    assert not np.array_equal(keras.ops.convert_to_numpy(variables[0]),
+                              before[0])
+
+
+def test_loss_scale_doubles_after_growth_steps_on_the_device():
+    import torch
+
+    optimizer = klb.LARSMixed(0.1, initial_scale=SCALE, dynamic_growth_steps=2,
+                              **LARS_ARGS)
+    variables = _variables(4)
+    grads = [torch.full_like(v.value, 1e-3) for v in variables]
+    scales = []
+    for _ in range(5):
+        optimizer.apply(grads, variables)
+        scales.append(float(keras.ops.convert_to_numpy(
+            optimizer.dynamic_scale)))
+    assert scales == [SCALE, 2 * SCALE, 2 * SCALE, 4 * SCALE, 4 * SCALE]
 
 
 def _model():
@@ -124,7 +239,7 @@ DECAYED = [False, False, False, False, True, False, True, False]
 
 
 @pytest.mark.parametrize("name", MAKERS)
-def test_multi_tensor_step_equals_float64_reference(name):
+def test_multi_tensor_step_equals_float64_reference(name, lars_momentum_path):
     # zero/kernel starts at 0 (|w| = 0: trust 1) and gets a zero gradient at
     # the second step (|g| = 0); the mixed optimizers get an infinite
     # gradient at the third step, which is skipped with the scale halved.
@@ -147,6 +262,7 @@ def test_multi_tensor_step_equals_float64_reference(name):
         if name in MIXED and step == 2:
             bad = [g * np.float32(scale) for g in grads]
             bad[6][0, 0] = np.inf
+            bad[1][0] = np.nan
             state = variables + optimizer.inner_optimizer.variables
             before = [keras.ops.convert_to_numpy(v) for v in state]
             optimizer.apply([keras.ops.convert_to_tensor(g) for g in bad],
@@ -175,6 +291,71 @@ def test_multi_tensor_step_equals_float64_reference(name):
             keras.ops.convert_to_numpy(v), e, rtol=2e-5,
             atol=1e-7 + 1e-6 * np.abs(e).max(), err_msg=v.path,
         )
+
+
+COMPILED = ("LARS", "LARSMixed", "LAMB", "LAMBMixed")
+
+
+def _steps(name, variables, count=4):
+    """`count` steps' gradients; a mixed optimizer's third is non-finite."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    scale = SCALE if name in MIXED else 1.0
+    steps = [[torch.tensor(rng.normal(size=v.shape).astype("float32")
+                           * np.float32(1e-3 * scale)) for v in variables]
+             for _ in range(count)]
+    if name in MIXED:
+        steps[2][0][0] = float("inf")
+        steps[2][1][0] = float("nan")
+    return steps
+
+
+@pytest.mark.parametrize("name", COMPILED)
+def test_step_compiles_as_one_graph(name):
+    import torch
+
+    torch._dynamo.reset()
+    variables = _variables(4)
+    optimizer = MAKERS[name]()
+    steps = _steps(name, variables)
+    optimizer.apply(steps[0], variables)
+    explanation = torch._dynamo.explain(
+        lambda grads: optimizer.apply(grads, variables))(steps[2])
+    torch._dynamo.reset()
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("name", ["LARSMixed", "LAMBMixed"])
+def test_compiled_step_equals_eager_step(name):
+    # torch.compile of `apply` alone (inductor, as Keras compiles it), over
+    # steps with a skipped one: the same weights, slots and loss scale.
+    # Inductor fuses and reorders float32 arithmetic: rtol 1e-5, a few
+    # float32 roundings over four steps.
+    import torch
+
+    torch._dynamo.reset()
+    results = []
+    for compiled in (False, True):
+        variables = _variables(4)
+        optimizer = MAKERS[name]()
+        optimizer.build(variables)
+
+        def step(grads):
+            optimizer.apply(grads, variables)
+
+        run = torch.compile(step) if compiled else step
+        for grads in _steps(name, variables):
+            run([g.clone() for g in grads])
+        assert float(keras.ops.convert_to_numpy(
+            optimizer.dynamic_scale)) == SCALE / 2  # One skip.
+        results.append([keras.ops.convert_to_numpy(v) for v in
+                        variables + list(optimizer.variables)])
+    torch._dynamo.reset()
+    eager, compiled = results
+    for a, b in zip(eager, compiled):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)
 
 
 def _fit(make, policy, jit_compile):
