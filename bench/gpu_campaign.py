@@ -49,6 +49,9 @@ import gpu_campaign_report  # noqa: E402
 import gpu_campaign_runner as runner  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "study"))
+# The plans import the package, hence Keras: on JAX (this machine may have
+# no TensorFlow), as `main` has it.
+os.environ.setdefault("KERAS_BACKEND", "jax")
 import plans  # noqa: E402
 import runner as study_runner  # noqa: E402
 
