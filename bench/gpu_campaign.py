@@ -1,36 +1,12 @@
 """Everything GPU-bound, in one resumable command of a few minutes.
 
-Parts, in order of value, each a list of items that are measured once:
-
-compiled. The torch step Keras compiles (`jit_compile=True`, torch.compile)
-   for part a's torch items LSO(SGD) and LARSMixed, first among the torch
-   items: each at most `--compiled_seconds` (default 400, torch.compile of
-   ResNet-50 included), with the time to the first step (compilation)
-   recorded apart from the steady images/s; the report compares it with
-   eager torch and with JAX on the same GPU (part a).
-a. ResNet-50 training images/s at 224x224, batch 256, `mixed_float16`, one
-   synthetic batch on the device, the step `fit` compiles, median of 20
-   steps after 5 warm-up steps (`bench/micro/applications.py`'s
-   `fit_images_per_s`): Keras' `LossScaleOptimizer(SGD)` against
-   `LARSMixed` on JAX and torch first, then the other items.
-b. The optimizer-step times and ratios of `bench/micro/optimizer_step.py`
-   (its `measure_backend`), JAX and torch.
-cuda. The fusion kernels' device test (`native/tests/device_test.sh`):
-   `Convert<GpuDevice, In, Out>` against the CPU functor bit for bit, built
-   by nvcc with the Eigen headers `--prepare` packed (no TensorFlow).
-c. A study plan (`--study_plan`, default `depth`: LARS at depth,
-   `bench/study/plans.py`) run by the study's runner (`bench/study.py
-   run`), `--study_workers` processes side by side on the one GPU, into
-   the plan's own record under `bench/results/` (which travels with the
-   tree, so a call skips what an earlier one ran).
-
-Each backend runs in its own process; finished items are kept in
-`<out>.json` and skipped by a rerun; `--budget_seconds` (default 420)
-starts nothing that would not end in time. How to prepare, run and
-rehearse it: bench/README.md. The code: `gpu_campaign_runner.py` (workers,
-budget, record), `gpu_campaign_parts.py` (the parts' settings and tasks),
-`gpu_campaign_report.py` (`<out>.md`), `gpu_campaign_prepare.py`
-(`--prepare`); this file parses the arguments and runs the parts.
+Parts, in order of value: compiled (the torch step `jit_compile=True`
+compiles), a (ResNet-50 training images/s), b (optimizer-step times), cuda
+(the fusion kernels' device test) and c (a study plan run by the study's
+runner). Each finished item is kept in `<out>.json` and skipped by a rerun.
+The parts, how to prepare, run and rehearse it: bench/README.md. This file
+parses the arguments and runs the parts; `gpu_campaign_runner.py` holds the
+workers, budget and record, `gpu_campaign_parts.py` the parts' tasks.
 """
 
 import argparse
@@ -40,28 +16,24 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:  # Imported by its path rather than run.
     sys.path.append(HERE)
-
-import gpu_campaign_parts as parts  # noqa: E402
-import gpu_campaign_prepare  # noqa: E402
-import gpu_campaign_report  # noqa: E402
-import gpu_campaign_runner as runner  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "study"))
 # The plans import the package, hence Keras: on JAX (this machine may have
 # no TensorFlow), as `main` has it.
 os.environ.setdefault("KERAS_BACKEND", "jax")
+import gpu_campaign_parts as parts  # noqa: E402
+import gpu_campaign_runner as runner  # noqa: E402
 import plans  # noqa: E402
 import runner as study_runner  # noqa: E402
+from gpu_campaign_prepare import prepare  # noqa: E402
+from gpu_campaign_report import markdown  # noqa: E402
+from gpu_campaign_runner import Campaign, Deadline, Worker  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "gpu_campaign")
 PARTS = ("compiled", "a", "b", "cuda", "c")
-# The pieces by their former names here.
-Campaign, Deadline, Worker = runner.Campaign, runner.Deadline, runner.Worker
-markdown = gpu_campaign_report.markdown
-prepare, device_command = (gpu_campaign_prepare.prepare,
-                           gpu_campaign_prepare.device_command)
 
 
 def parse_args(argv=None):
@@ -107,16 +79,18 @@ def parse_args(argv=None):
                         "and print the device commands")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
-    for part in args.parts:
-        if part not in PARTS:
-            p.error(f"--parts: each part must be one of {', '.join(PARTS)}."
-                    f" Received: {part}")
-    args.backends = [x.strip() for x in args.backends.split(",") if x.strip()]
-    for backend in args.backends:
-        if backend not in ("jax", "torch"):
-            p.error("--backends: each backend must be jax or torch. "
-                    f"Received: {backend}")
+
+    def listed(flag, value, allowed, valid):
+        names = [x.strip() for x in value.split(",") if x.strip()]
+        for name in names:
+            if name not in allowed:
+                p.error(f"--{flag}: each {flag[:-1]} must be {valid}. "
+                        f"Received: {name}")
+        return names
+
+    args.parts = listed("parts", args.parts, PARTS, "one of " + ", ".join(PARTS))
+    args.backends = listed("backends", args.backends, ("jax", "torch"),
+                           "jax or torch")
     if args.study_workers < 0:
         p.error(f"--study_workers must be >= 0. Received: {args.study_workers}")
     args.study_workers = args.study_workers or (2 if args.smoke else 8)
@@ -128,7 +102,6 @@ def parse_args(argv=None):
                 f"{args.budget_seconds}")
     args.work_dir = args.work_dir or (
         args.out + "_runs" if args.smoke else os.path.join("runs", "gpu_campaign"))
-    args.dataset = "fashion_mnist"
     return args
 
 
@@ -142,29 +115,25 @@ def run_cuda(campaign):
     eigen = args.eigen or (
         os.path.join(os.path.dirname(os.path.abspath(args.data_dir)),
                      "eigen.tar.gz") if args.data_dir else
-        os.path.join(os.path.dirname(HERE), ".gpu_campaign", "eigen.tar.gz"))
-    out = args.out + "_cuda.txt"
+        os.path.join(ROOT, ".gpu_campaign", "eigen.tar.gz"))
     if args.smoke and not (os.path.exists(eigen) and shutil.which("nvcc")):
         # The rehearsal compiles the test where nvcc and the headers are.
         print("cuda: skipped in the smoke run (needs nvcc and "
               f"{eigen}: bench/gpu_campaign.py --prepare)", flush=True)
         store.update(skipped=True)
         return True
-    cmd = ["bash", os.path.join(os.path.dirname(HERE), "native", "tests",
-                                "device_test.sh"), "--eigen-tar", eigen,
-           "--arch", "sm_90", "--out", out]
+    cmd = ["bash", os.path.join(ROOT, "native", "tests", "device_test.sh"),
+           "--eigen-tar", eigen, "--arch", "sm_90", "--out", args.out + "_cuda.txt"]
     if args.smoke:
         cmd.append("--compile-only")
-    start = runner.now()
-    left = campaign.left()
+    start, left = study_runner.now(), campaign.left()
     proc = subprocess.run(cmd, capture_output=True, text=True,
                           timeout=None if left == float("inf") else max(left, 1))
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    root = os.path.dirname(HERE)
-    shown = [os.path.relpath(c, root) if os.path.isabs(c) else c for c in cmd]
+    shown = [os.path.relpath(c, ROOT) if os.path.isabs(c) else c for c in cmd]
     store.update(command=" ".join(shown), returncode=proc.returncode,
                  summary=lines[-1] if lines else "", started=start,
-                 finished=runner.now(), passed=proc.returncode == 0,
+                 finished=study_runner.now(), passed=proc.returncode == 0,
                  compile_only=args.smoke)
     print(f"cuda: {store['summary']} (exit {proc.returncode})", flush=True)
     return store["passed"]
@@ -231,19 +200,18 @@ def main(argv=None):
         a=parts.A_SETTINGS, b=parts.B_SETTINGS)
     a_items = parts.SMOKE_A if args.smoke else parts.A_ITEMS
     compiled = parts.SMOKE_COMPILED if args.smoke else parts.COMPILED_ITEMS
+    picked = args.a_items.split(",") if args.a_items else None
+
     def chosen(items):
         return [i for i in items if i["backend"] in args.backends]
-
-    picked = args.a_items.split(",") if args.a_items else None
 
     steps = {
         "a": lambda: campaign.run_items(
             "a", [i for i in chosen(parts.a_items(a_items))
                   if picked is None or i["key"] in picked],
             settings["a"]),
-        "b": lambda: campaign.run_items(
-            "b", chosen(parts.b_items()),
-            settings["b"]),
+        "b": lambda: campaign.run_items("b", chosen(parts.b_items()),
+                                        settings["b"]),
         "cuda": lambda: run_cuda(campaign),
         "compiled": lambda: campaign.run_items(
             "compiled", chosen(parts.a_items(compiled, compiled=True)),

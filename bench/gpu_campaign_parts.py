@@ -1,18 +1,6 @@
-"""The parts of `bench/gpu_campaign.py` run by worker processes: what each
-measures and how.
-
-Each part is a list of tasks (JSON dicts) that a worker process runs with
-`TASKS[part](task)`:
-
-a. `task_a`: ResNet-50 training images/s (`bench/micro/applications.py`'s
-   `build_model` and `fit_images_per_s`), one (backend, model, optimizer)
-   item a task, with the time from `fit`'s start to the end of its first
-   step (`first_step_s`: the compilation, apart from the steady images/s);
-   the `compiled` part is the same with `jit_compile=True`;
-b. `task_b`: the optimizer-step times of `bench/micro/optimizer_step.py`'s
-   `measure_backend`, one backend a task;
-part c is not a worker task: `bench/gpu_campaign.py`'s `run_c` hands a
-study plan to the study's runner (`bench/study.py run`).
+"""The parts of `bench/gpu_campaign.py` that worker processes run: each a
+list of tasks (JSON dicts), run by `TASKS[part](task)`. Part c is no
+worker task: `gpu_campaign.py`'s `run_c` hands a plan to the study's runner.
 """
 
 import importlib.util
@@ -22,10 +10,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# Part a's optimizers: the name a result records, and the optimizer's in
+# `bench/micro/optimizer_step.py`'s `optimizers()`, which makes it.
 OPTIMIZERS = {
-    "lso_sgd": "LossScaleOptimizer(SGD(0.1, momentum=0.9))",
-    "lars_mixed": "LARSMixed(0.1, momentum=0.9, weight_decay=5e-5)",
-    "lamb_mixed": "LAMBMixed(1e-3, weight_decay=1e-2)",
+    "lso_sgd": ("LossScaleOptimizer(SGD(0.1, momentum=0.9))", "LSO(SGD)"),
+    "lars_mixed": ("LARSMixed(0.1, momentum=0.9, weight_decay=5e-5)",
+                   "LARSMixed"),
+    "lamb_mixed": ("LAMBMixed(1e-3, weight_decay=1e-2)", "LAMBMixed"),
 }
 # Part a, (backend, model, optimizer), in order of value: the optimizer
 # ratios on both backends, our models on JAX, then the rest.
@@ -50,8 +41,6 @@ SMOKE_A = [("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
 # torch.compile of a ResNet-50 takes minutes on a CPU: the smoke compiles
 # the package's ResNet-8 through the same code.
 SMOKE_COMPILED = [("torch", "cifar8", "lars_mixed")]
-# The smoke's study trains on Fashion-MNIST, as the GPU runs do (the same
-# loader and files; a few steps an epoch, tiny batches).
 SMOKE = dict(
     a=dict(size=32, batch=2, steps=2, warmup=1, precision="mixed_float16"),
     b=dict(steps=2, optimizers=["LSO(SGD)", "LARSMixed"]),
@@ -85,19 +74,6 @@ def b_items():
 # ---------------------------------------------------------------- in workers
 
 
-def make_optimizer(name):
-    import keras
-
-    import keras_largebatch as klb
-
-    if name == "lso_sgd":
-        return keras.optimizers.LossScaleOptimizer(
-            keras.optimizers.SGD(0.1, momentum=0.9))
-    if name == "lars_mixed":
-        return klb.LARSMixed(0.1, momentum=0.9, weight_decay=5e-5)
-    return klb.LAMBMixed(1e-3, weight_decay=1e-2)
-
-
 def task_a(task):
     import keras
 
@@ -107,22 +83,21 @@ def task_a(task):
     keras.config.set_dtype_policy(s["precision"])
     model = apps.build_model(task["model"], s["size"])
     first = time_first_step(model, task["key"])
+    label, name = OPTIMIZERS[task["optimizer"]]
+    optimizer = bench_module("optimizer_step").optimizers()[name]()
     result = apps.fit_images_per_s(
-        model, make_optimizer(task["optimizer"]), s["batch"], s["size"],
-        s["steps"], s["warmup"],
+        model, optimizer, s["batch"], s["size"], s["steps"], s["warmup"],
         jit_compile=True if task.get("compiled") else "auto")
     keras.config.set_dtype_policy("float32")
     return dict(result, first_step_s=first.get("seconds"),
-                model=apps.LABELS[task["model"]],
-                optimizer=OPTIMIZERS[task["optimizer"]])
+                model=apps.LABELS[task["model"]], optimizer=label)
 
 
 def time_first_step(model, key):
     """A dict that gets `seconds`: from `fit`'s making of the train
-    function to the end of the first step on the device (compilation
-    included); also written to the worker's log as it happens, so that an
-    item that runs out of time still says whether it compiled. Wraps only
-    the first call: the steps after are timed as before."""
+    function to the end of the first step (compilation included), also
+    logged at once, so that an item that runs out of time says whether it
+    compiled. Only the first call is wrapped."""
     import keras
 
     timing = {}

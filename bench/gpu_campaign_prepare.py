@@ -1,11 +1,6 @@
-"""`bench/gpu_campaign.py --prepare DIR`: what the GPU machine lacks, in DIR.
-
-The CPython 3.12 manylinux x86_64 wheels of `WHEELS` at the versions
-installed here, Fashion-MNIST's four IDX files and the Eigen headers of
-TensorFlow's include folder (`native/tests/pack_eigen.py`, for part cuda);
-then the device command, which installs the wheels with `--no-index
---no-deps` and runs the campaign within one call of about 8 minutes.
-"""
+"""`bench/gpu_campaign.py --prepare DIR`: what the GPU machine lacks, in
+DIR (the wheels of `WHEELS`, Fashion-MNIST, the Eigen headers for part
+cuda), and the device command that installs and runs it."""
 
 import glob
 import os
@@ -13,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from gpu_campaign_runner import version
+from runner import version  # The study's runner (bench/study/).
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPARED_LIMIT_MIB = 50

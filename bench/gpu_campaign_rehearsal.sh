@@ -1,17 +1,10 @@
 #!/usr/bin/env bash
-# The GPU image rehearsed on this CPU (issue 31): a Python 3.12 venv with
-# the image's packages (JAX 0.11.2 on the CPU, NumPy, optax, absl-py, h5py,
-# ml-dtypes, rich, matplotlib, TensorBoard and the protobuf it pins), then
-# every other package only from the folder `--prepare` makes (no index, no
-# pip configuration), then `bench/gpu_campaign.py --smoke` with the
-# repository on PYTHONPATH, as the device command has it. torch is not
-# rehearsed: the image's torch 2.11 is a multi-GB download on a CPU, so the
-# campaign's torch items say "torch is not installed here" and wait.
+# The GPU image rehearsed on this CPU (bench/README.md): a Python 3.12 venv
+# with the image's packages, every other one only from the folder
+# `--prepare` makes, then `bench/gpu_campaign.py --smoke`. Steps 1 and 2
+# need the network; PYTHON312 names the interpreter.
 #
 #   bench/gpu_campaign_rehearsal.sh [WORK]   # default /tmp/gpu_campaign_rehearsal
-#
-# Steps 1 and 2 need the network; PYTHON312 names the interpreter (default:
-# pyenv's 3.12.1). WORK/smoke/campaign.{json,md,log} hold the smoke's record.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mkdir -p "${1:-/tmp/gpu_campaign_rehearsal}" && cd "${1:-/tmp/gpu_campaign_rehearsal}" && pwd)

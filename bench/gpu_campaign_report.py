@@ -1,12 +1,5 @@
-"""The report of `bench/gpu_campaign.py`: `<out>.md` from the record.
-
-A table of the calls (device, host, versions, command), then one section
-per part: a's images/s and its targets, b's optimizer-step times and
-ratios, the device test, the compiled torch step (the time to its first
-step, images/s against eager torch and JAX, its targets), and c's study
-runs (the
-tables are the study's report: `python bench/study.py report`).
-"""
+"""The report of `bench/gpu_campaign.py`: `<out>.md` from the record, a
+table of the calls, then each part's numbers against its targets."""
 
 import gpu_campaign_parts as parts
 
@@ -21,11 +14,13 @@ def markdown(record):
               "| parts done | command |", "|---|---|---|---|---|---|---|---|"]
     for s in record.get("sessions", []):
         versions = ", ".join(f"{k} {v}" for k, v in s["versions"].items() if v)
+        missing = "".join(f"; {backend} not installed: {', '.join(p)}" for
+                          backend, p in s.get("not_installed", {}).items())
         lines.append(
             f"| {s['started']} | {s.get('seconds', '')} | "
             f"{s['gpu'] or 'none'} | {s['host']} | {s['python']} | "
             f"{versions} | {', '.join(s['finished']) or '–'}"
-            f"{_not_installed(s)} | `{s['command']}` |")
+            f"{missing} | `{s['command']}` |")
     a = record.get("a")
     if a:
         s = a["settings"]
@@ -50,27 +45,19 @@ def markdown(record):
         for backend, target in (("jax", 0.99), ("torch", 0.97)):
             lso = results.get(f"{backend}|keras|lso_sgd")
             lars = results.get(f"{backend}|keras|lars_mixed")
-            if lso and lars:
-                ratio = lars["images_per_s"] / lso["images_per_s"]
-                lines.append(f"- LARSMixed / LSO(SGD) on {backend} >= {target}:"
-                             f" {ratio:.3f}, **{_verdict(ratio >= target)}**")
-            else:
-                lines.append(f"- LARSMixed / LSO(SGD) on {backend} >= {target}:"
-                             " not measured")
+            lines.append(_target(
+                f"LARSMixed / LSO(SGD) on {backend} >= {target}", lars and lso
+                and lars["images_per_s"] / lso["images_per_s"], target))
         ours = [r for k, r in results.items()
                 if k.startswith("jax|v") and k.endswith("|lso_sgd")]
-        if ours:
-            top = max(ours, key=lambda r: r["images_per_s"])
-            lines.append(f"- our ResNet-50 on jax >= 6,500 images/s: best "
-                         f"{top['images_per_s']:,.1f} ({top['model']}), "
-                         f"**{_verdict(top['images_per_s'] >= 6500)}**")
-        else:
-            lines.append("- our ResNet-50 on jax >= 6,500 images/s: not "
-                         "measured")
+        top = max(ours, key=lambda r: r["images_per_s"], default=None)
+        lines.append("- our ResNet-50 on jax >= 6,500 images/s: " + (
+            f"best {top['images_per_s']:,.1f} ({top['model']}), "
+            f"**{_verdict(top['images_per_s'] >= 6500)}**" if top
+            else "not measured"))
     b = record.get("b")
     if b:
-        pairs = [("LARS", "SGD"), ("LARSMixed", "LSO(SGD)"), ("LAMB", "Adam"),
-                 ("LAMBMixed", "LSO(Adam)")]
+        pairs = parts.bench_module("optimizer_step").PAIRS
         names = [n for pair in pairs for n in pair]
         lines += [
             "", "## b. Optimizer step (`bench/micro/optimizer_step.py`)", "",
@@ -94,11 +81,10 @@ def markdown(record):
                                   f"{x / y:.2f}")
         lines += [""] + floors if floors else []
     cuda = record.get("cuda")
-    if cuda and cuda.get("skipped"):
+    if cuda:
         lines += ["", "## cuda. The fusion kernels' device test", "",
-                  "Skipped (the smoke run without nvcc or the Eigen headers)."]
-    elif cuda:
-        lines += ["", "## cuda. The fusion kernels' device test", "",
+                  "Skipped (the smoke run without nvcc or the Eigen headers)."
+                  if cuda.get("skipped") else
                   f"`{cuda['command']}`: exit {cuda['returncode']}"
                   f"{' (compiled only)' if cuda.get('compile_only') else ''}"
                   f", {cuda['summary']}"]
@@ -125,54 +111,50 @@ def _compiled(compiled, eager):
     results = compiled.get("results", {})
     for key, r in results.items():
         _, model, optimizer, _ = key.split("|")
+        vs = [_number(_ratio(r, eager.get(f"{backend}|{model}|{optimizer}")), 3)
+              for backend in ("torch", "jax")]
         lines.append(
-            f"| {key} | {r['device']} | {_seconds(r.get('first_step_s'))} | "
-            f"{r['images_per_s']:,.1f} | "
-            f"{_ratio(r, eager.get(f'torch|{model}|{optimizer}'))} | "
-            f"{_ratio(r, eager.get(f'jax|{model}|{optimizer}'))} |")
+            f"| {key} | {r['device']} | {_number(r.get('first_step_s'))} | "
+            f"{r['images_per_s']:,.1f} | {vs[0]} | {vs[1]} |")
     for key, r in compiled.get("failed", {}).items():
         lines.append(f"| {key} | – | – | failed: "
                      f"{r['error'].strip().splitlines()[-1][:200]} | – | – |")
     lso = results.get("torch|keras|lso_sgd|compiled")
     lars = results.get("torch|keras|lars_mixed|compiled")
     lines += ["", "Targets (ratios of images/s; a JAX ratio only where "
-              "both ran on the same GPU):"]
-    ratio = _ratio(lars, lso)
-    lines.append("- LARSMixed / LSO(SGD), compiled torch >= 0.97: " + (
-        f"{ratio}, **{_verdict(float(ratio) >= 0.97)}**" if ratio != "–"
-        else "not measured"))
-    for name, r in (("LSO(SGD)", lso), ("LARSMixed", lars)):
-        key = "lso_sgd" if name == "LSO(SGD)" else "lars_mixed"
-        ratio = _ratio(r, eager.get(f"jax|keras|{key}"))
-        lines.append(f"- compiled torch / JAX, {name} >= 0.9 (the moonshot): "
-                     + (f"{ratio}, **{_verdict(float(ratio) >= 0.9)}**"
-                        if ratio != "–" else "not measured"))
+              "both ran on the same GPU):",
+              _target("LARSMixed / LSO(SGD), compiled torch >= 0.97",
+                      _ratio(lars, lso), 0.97)]
+    for name, key, r in (("LSO(SGD)", "lso_sgd", lso),
+                         ("LARSMixed", "lars_mixed", lars)):
+        lines.append(_target(
+            f"compiled torch / JAX, {name} >= 0.9 (the moonshot)",
+            _ratio(r, eager.get(f"jax|keras|{key}")), 0.9))
     return lines
 
 
 def _ratio(r, base):
-    """r's images/s over base's, where both ran on the same GPU."""
-    if not r or not base or not _same_device(r["device"], base["device"]):
-        return "–"
-    return f"{r['images_per_s'] / base['images_per_s']:.3f}"
+    """r's images/s over base's to 3 digits where both ran on the same GPU,
+    else None."""
+    if not r or not base or _gpu(r["device"]) != _gpu(base["device"]):
+        return None
+    return round(r["images_per_s"] / base["images_per_s"], 3)
 
 
-def _same_device(a, b):
+def _target(claim, ratio, floor):
+    """'- claim: ratio, **met**' (or 'not met'; 'not measured': no ratio)."""
+    if ratio is None:
+        return f"- {claim}: not measured"
+    return f"- {claim}: {ratio:.3f}, **{_verdict(ratio >= floor)}**"
+
+
+def _gpu(device):
     # JAX names it "gpu: NVIDIA H200", torch "NVIDIA H200".
-    def name(device):
-        return device.split(": ", 1)[-1].strip().lower()
-
-    return name(a) == name(b)
+    return device.split(": ", 1)[-1].strip().lower()
 
 
-def _seconds(value):
-    return "–" if value is None else f"{value:.1f}"
-
-
-def _not_installed(session):
-    missing = session.get("not_installed") or {}
-    return "".join(f"; {backend} not installed: {', '.join(p)}"
-                   for backend, p in missing.items())
+def _number(value, digits=1):
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def _verdict(holds):

@@ -1,23 +1,15 @@
-"""The runner of `bench/gpu_campaign.py`: worker processes, the budget, the
-record.
-
-A `Worker` is one `python bench/gpu_campaign.py --child` process of one
-backend (Keras fixes it at import): it reads one JSON task a line and
-answers one `RESULT` or `FAILED` line each. A `Campaign` keeps the record
-(`<out>.json`, resumed from, and `<out>.md`), starts no task that would end
-after the deadline and stops what runs at it (`Deadline`), and runs a
-part's tasks over its workers, one worker at a time per backend
-(`run_items`).
+"""The runner of `bench/gpu_campaign.py`: a `Worker` is one `--child`
+process of one backend (Keras fixes it at import); a `Campaign` keeps the
+record (`<out>.json`, resumed from, and `<out>.md`) and the budget, and
+runs a part's tasks over its workers (`run_items`).
 """
 
 import datetime
-import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,6 +17,9 @@ import time
 import traceback
 
 import gpu_campaign_report as report
+from runner import now  # The study's runner (bench/study/).
+from runner import nvidia_smi
+from runner import version
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "gpu_campaign.py")
@@ -57,15 +52,15 @@ class Worker:
 
     environ = None  # The environment workers start from (default: ours).
 
-    def __init__(self, backend, results, log_path, env=()):
+    def __init__(self, backend, results, log_path):
         env = dict(self.environ or os.environ, KERAS_BACKEND=backend,
-                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", **dict(env))
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
         self.log = open(log_path, "a")
         self.proc = subprocess.Popen(
             [sys.executable, SCRIPT, "--child"], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             text=True, cwd=os.getcwd())
-        self.backend, self.task = backend, None
+        self.backend = backend
         self.reader = threading.Thread(target=self._read, args=(results,),
                                        daemon=True)
         self.reader.start()
@@ -79,7 +74,6 @@ class Worker:
         results.put((self, "EXIT", self.proc.wait()))
 
     def send(self, task):
-        self.task = task
         self.proc.stdin.write(json.dumps(task) + "\n")
         self.proc.stdin.flush()
 
@@ -118,7 +112,8 @@ class Campaign:
             started=now(), command="python bench/gpu_campaign.py "
             + " ".join(sys.argv[1:]), parts=args.parts,
             host=f"{platform.machine()}, {os.cpu_count()} CPUs",
-            gpu=nvidia_smi(), python=platform.python_version(),
+            gpu=nvidia_smi("name,memory.total,driver_version").replace(
+                "\n", "; ") or None, python=platform.python_version(),
             versions={p: version(p) for p in VERSIONS}, finished=[])
         self.record.setdefault("sessions", []).append(self.session)
         self.results = queue.Queue()
@@ -127,8 +122,8 @@ class Campaign:
     def save(self):
         from keras_largebatch._shared import atomic_write
 
-        self.session["seconds"] = round(
-            time.time() - _parse(self.session["started"]), 1)
+        started = datetime.datetime.fromisoformat(self.session["started"])
+        self.session["seconds"] = round(time.time() - started.timestamp(), 1)
         atomic_write(self.path, json.dumps(self.record, indent=1))
         atomic_write(self.args.out + ".md", report.markdown(self.record))
 
@@ -161,10 +156,9 @@ class Campaign:
 
     def run_items(self, part, items, settings, item_seconds=None):
         """Runs the `items` (task dicts with a `key` and a `backend`) not yet
-        in the record, one worker per run of same-backend items; an item
-        that fails is recorded under `failed` with its error (not retried)
-        and the rest go on; so is one that runs past `item_seconds`. True
-        when every item whose backend is installed is done or failed."""
+        in the record, one worker per run of same-backend items; one that
+        fails or runs past `item_seconds` is kept under `failed` and the rest
+        go on. True when every item of an installed backend is done or failed."""
         store = self.record.setdefault(part, {})
         if store.get("settings", settings) != settings:
             sys.exit(f"{self.path}: part {part} was measured with "
@@ -174,8 +168,7 @@ class Campaign:
         failed = store.setdefault("failed", {})
         todo = [i for i in items if i["key"] not in done
                 and i["key"] not in failed]
-        backends = {i["backend"] for i in todo}
-        absent = {b for b in backends if not self.installed(
+        absent = {b for b in {i["backend"] for i in todo} if not self.installed(
             part, b, sum(i["backend"] == b for i in todo))}
         todo = [i for i in todo if i["backend"] not in absent]
         worker, seconds = None, {}
@@ -225,9 +218,9 @@ class Campaign:
                 worker.stop()
         return all(i["key"] in done or i["key"] in failed for i in todo)
 
-    def start(self, backend, env=()):
+    def start(self, backend):
         """A new worker, once it is ready (other workers' lines are kept)."""
-        worker, others = Worker(backend, self.results, self.log_path, env), []
+        worker, others = Worker(backend, self.results, self.log_path), []
         try:
             while True:
                 got, tag, value = self.wait()
@@ -247,28 +240,3 @@ class Campaign:
         finally:
             for line in others:
                 self.results.put(line)
-
-
-def now():
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds")
-
-
-def _parse(stamp):
-    return datetime.datetime.fromisoformat(stamp).timestamp()
-
-
-def version(package):
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def nvidia_smi():
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-         "--format=csv,noheader"], capture_output=True, text=True)
-    return out.stdout.strip().replace("\n", "; ") or None

@@ -7,11 +7,9 @@
     python bench/study.py merge OTHER/lars_depth_study.json
 
 `run` starts the plan's runs not yet in its record (`bench/results/
-<record>.json`), `--workers` processes at a time (2 on a 2-core CPU; 8 or
-more side by side on one GPU), none after `--budget` seconds; a rerun
-skips the finished runs and resumes a stopped one from its last epoch
-checkpoint. The plans: `bench/study/plans.py`; the report:
-`bench/study/report.py`.
+<record>.json`), `--workers` processes at a time, none after `--budget`
+seconds; a rerun skips the finished runs and resumes a stopped one from
+its last epoch checkpoint. The plans: `bench/study/plans.py`.
 """
 
 import argparse

@@ -1,34 +1,14 @@
 """All-reduce of ResNet-50's gradient set on localhost multi-worker clusters.
 
-Claim: the fused all-reduce of `keras_largebatch.distribute` beats
-TensorFlow's MultiWorkerMirroredStrategy packing (float32 <= 0.9x TF's
-best, fp16 <= 0.55x), and a training step under the strategy is no slower
-than under stock MultiWorkerMirroredStrategy.
-
-For 2 and 4 workers (subprocesses on 127.0.0.1), the 214 gradients of
-`keras.applications.ResNet50(weights=None)` (97.6 MiB float32) are all-reduced
-(SUM) by:
-
-- `per tensor`: TensorFlow, one all-reduce per tensor (`bytes_per_pack=1`);
-- `TF default`: TensorFlow's `CollectiveAllReduce`, one pack;
-- `TF 25 MB`: same with `bytes_per_pack=25 MB`;
-- `ours f32` / `ours fp16`: `FusedCollectiveAllReduce` at the strategy's
-  default settings (fusion threshold `FUSION_THRESHOLD_BYTES`; float32,
-  then float16 transport);
-- `ours f32 <k> MiB`: the same with buckets of `k` MiB (a sweep, e.g.
-  `--methods "ours f32 4 MiB" "ours f32 16 MiB"`);
-- `ours topk 1%` / `ours topk 0.1%`: `compression="topk"` at that density
-  (one node: every worker all-gathers its (value, index) pairs; MSTopK
-  selection on buckets above 65,536 values, error feedback on);
-- `flat buffer`: one all-reduce of one ready-made 97.6 MiB buffer (no
-  packing: the floor for a single collective).
-
-Each is timed `--runs` times after a warm-up, behind a barrier; the table
-shows the median over runs of the slowest worker. TensorFlow's methods run
-on TensorFlow's own `CollectiveAllReduce` (its launchers, its ordering). Then a 2-worker training
-step (ResNet-50 at 32x32, per-worker batch 8, SGD, custom loop with
-`strategy.run`) is timed under this package's strategy and stock
-`tf.distribute.MultiWorkerMirroredStrategy` (whose Keras `fit` fails).
+For 2 and 4 worker subprocesses on 127.0.0.1, ResNet-50's 214 gradients
+(97.6 MiB float32) are all-reduced (SUM) by TensorFlow's own
+`CollectiveAllReduce` (`per tensor`, `TF default`, `TF 25 MB` packs), by
+this package's fused all-reduce at the strategy's defaults (`ours f32`,
+`ours fp16`; `ours f32 <k> MiB` buckets; `ours topk 1%`, `ours topk 0.1%`)
+and as one ready-made buffer (`flat buffer`); the table shows the median
+over `--runs` of the slowest worker. Then a 2-worker training step under
+this package's strategy and stock `tf.distribute.MultiWorkerMirroredStrategy`.
+The claims and the results: docs/benchmarks.md.
 
 Usage: `python bench/micro/allreduce.py [--runs 5] [--workers 2 4]`.
 Writes `bench/results/allreduce.json` (or `--out`).
@@ -38,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -57,12 +38,16 @@ def _launch(n, mode, args, timeout=900):
     codes = localhost.run(
         [[sys.executable, __file__, "--mode", mode,
           "--args", json.dumps(dict(args, out=out))] for out in outs],
-        timeout, env=env,
-    )
+        timeout, env=env)
     for code in codes:
         if code:
             raise RuntimeError(f"worker failed: {code}")
     return [json.load(open(o)) for o in outs]
+
+
+def _slowest_ms(per_worker):
+    """The median over runs of the slowest worker's seconds, in ms."""
+    return round(1000 * statistics.median(map(max, zip(*per_worker))), 1)
 
 
 def _resnet50_shapes():
@@ -88,8 +73,7 @@ def worker_allreduce(args):
     defaults = ops.config
     tf_ops = cdo.CollectiveAllReduce(
         strategy.extended.worker_devices, ops.group_size, ops.options,
-        ops.collective_keys,
-    )
+        ops.collective_keys)
     device = strategy.extended.worker_devices[0]
     sum_ = tf.distribute.ReduceOp.SUM
     Options = tf.distribute.experimental.CommunicationOptions
@@ -97,10 +81,8 @@ def worker_allreduce(args):
     with tf.device(device):
         grads = [tf.constant(rng.normal(size=s).astype("float32"))
                  for s in args["shapes"]]
-        flat = tf.constant(
-            rng.normal(size=sum(int(np.prod(s)) for s in args["shapes"]))
-            .astype("float32")
-        )
+        flat = tf.constant(rng.normal(size=sum(
+            int(np.prod(s)) for s in args["shapes"])).astype("float32"))
         one = tf.constant([1.0])
 
     def tf_pack(bytes_per_pack):
@@ -111,8 +93,7 @@ def worker_allreduce(args):
              density=defaults.topk_density):
         config = dataclasses.replace(
             defaults, compression=compression,
-            fusion_threshold_bytes=threshold, topk_density=density,
-        )
+            fusion_threshold_bytes=threshold, topk_density=density)
 
         def run():
             # Read at trace time: set before each function is traced.
@@ -169,13 +150,10 @@ def worker_step(args):
 
     with strategy.scope():
         model = keras.applications.ResNet50(
-            weights=None, input_shape=(32, 32, 3), classes=10
-        )
+            weights=None, input_shape=(32, 32, 3), classes=10)
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(
-        reduction="sum"
-    )
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="sum")
     batch = args["batch"]
     x = tf.random.stateless_uniform((batch, 32, 32, 3), (1, 2))
     y = tf.random.stateless_uniform((batch,), (3, 4), maxval=10,
@@ -203,18 +181,6 @@ def worker_step(args):
     atomic_write(args["out"], json.dumps({"times": runs}))
 
 
-def _native_available():
-    from keras_largebatch.distribute import native
-
-    return native.native_ops_available()
-
-
-def _median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", default="launch")
@@ -239,6 +205,7 @@ def main():
     shapes = _resnet50_shapes()
     mb = sum(int(__import__("numpy").prod(s)) for s in shapes) * 4 / 2**20
     from keras_largebatch import distribute
+    from keras_largebatch.distribute import native
 
     result = {
         "machine": f"{platform.processor() or platform.machine()}, "
@@ -250,29 +217,22 @@ def main():
         "runs": flags.runs,
         "default_fusion_threshold_mib": distribute.FUSION_THRESHOLD_BYTES
         / 2**20,
-        "native_ops": _native_available(),
+        "native_ops": native.native_ops_available(),
         "allreduce_ms": {}, "ratio_to_tf_best": {}, "step_ms": {},
     }
     for n in [] if flags.skip_allreduce else flags.workers:
         outs = _launch(n, "allreduce", {
             "shapes": shapes, "runs": flags.runs, "methods": flags.methods,
-            "fusion_mb": flags.fusion_mb,
-        })
+            "fusion_mb": flags.fusion_mb})
         result["allreduce_ms"][n] = {
-            m: round(1000 * _median(
-                [max(o["times"][m][r] for o in outs)
-                 for r in range(flags.runs)]), 1)
-            for m in flags.methods
-        }
+            m: _slowest_ms([o["times"][m] for o in outs])
+            for m in flags.methods}
     if not flags.skip_step:
         for name in ("stock", "ours"):
             outs = _launch(2, "step", {
                 "strategy": name, "batch": 8, "steps": flags.steps,
-                "fusion_mb": flags.fusion_mb,
-            })
-            result["step_ms"][name] = round(1000 * _median(
-                [max(o["times"][r] for o in outs)
-                 for r in range(flags.steps)]), 1)
+                "fusion_mb": flags.fusion_mb})
+            result["step_ms"][name] = _slowest_ms([o["times"] for o in outs])
 
     print(f"\nResNet-50 gradients: {len(shapes)} tensors, {mb:.1f} MiB "
           f"float32; {result['machine']}; median of {flags.runs}\n")

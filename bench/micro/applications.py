@@ -1,16 +1,12 @@
 """Training images/s: our ResNet50 (v1, v1.5, no conv bias) vs Keras'.
 
-Every configuration trains with the same backend, dtype policy, optimizer
-(`keras_largebatch.LARSMixed`) and one synthetic batch on the device; the
-step is the one `fit` compiles (jitted on JAX/TF), timed per step by a
-callback. Reported: `batch / median(step time)` after the warm-up steps.
-`bench/gpu_campaign_parts.py` (the GPU campaign) reuses `build_model` and `fit_images_per_s`.
+Each configuration with the same backend, dtype policy and optimizer
+(`LARSMixed`): `fit_images_per_s`, which the GPU check reuses. The GPU
+claim is `--size 224 --batch 256 --precision mixed_float16 --steps 20`.
 
     python bench/micro/applications.py --backend jax --size 64 --batch 32 --steps 5
 
-The GPU claim (batch 256 at 224x224, mixed_float16, one H100) is
-`--size 224 --batch 256 --precision mixed_float16 --steps 20`; it needs a
-GPU. Prints a Markdown table and writes `bench/results/applications.json`.
+Prints a Markdown table and writes `bench/results/applications.json`.
 """
 
 import argparse
@@ -77,19 +73,13 @@ def build_model(name, size, classes=1000):
 def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
                      classes=1000, jit_compile="auto"):
     """Images/s of `model.fit`'s compiled train step with `optimizer`
-    (`jit_compile` as `model.compile` takes it: on torch, True compiles
-    the step with torch.compile).
-
-    One batch of synthetic images and labels is made on the default device
-    and fed again every step, so no input pipeline or host-to-device copy is
-    timed. `fit` runs `warmup + steps` steps in one epoch; the result is
-    `batch / median(step time)` over the last `steps`.
-    """
+    (`jit_compile` as `model.compile` takes it): one synthetic batch on the
+    device, fed every step (no input pipeline or copy is timed), `batch /
+    median(step time)` over the last `steps` of `warmup + steps`."""
     import keras
     import numpy as np
 
-    model.compile(optimizer=optimizer,
-                  loss="sparse_categorical_crossentropy",
+    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
                   jit_compile=jit_compile)
     rng = np.random.default_rng(0)
     x = keras.ops.convert_to_tensor(
@@ -125,16 +115,6 @@ def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
     }
 
 
-def _measure(name, args):
-    from keras_largebatch import LARSMixed
-
-    model = build_model(name, args.size)
-    result = fit_images_per_s(
-        model, LARSMixed(learning_rate=0.1, weight_decay=5e-5), args.batch,
-        args.size, args.steps, args.warmup)
-    return dict(config=name, model=LABELS[name], **result)
-
-
 def device_name(backend):
     if backend == "jax":
         import jax
@@ -144,9 +124,8 @@ def device_name(backend):
     if backend == "torch":
         import torch
 
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
-        return "cpu"
+        return (torch.cuda.get_device_name(0) if torch.cuda.is_available()
+                else "cpu")
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -159,13 +138,21 @@ def main():
     import keras
 
     keras.config.set_dtype_policy(args.precision)
+    from keras_largebatch import LARSMixed
+    from keras_largebatch._shared import atomic_write
     from keras_largebatch._shared import require
 
     names = [n.strip() for n in args.configs.split(",")]
     require(all(n in CONFIGS for n in names), "--configs", args.configs,
             f"names from {list(CONFIGS)}")
     load_before = os.getloadavg()
-    rows = [_measure(n, args) for n in names]
+    rows = []
+    for name in names:
+        result = fit_images_per_s(
+            build_model(name, args.size),
+            LARSMixed(learning_rate=0.1, weight_decay=5e-5), args.batch,
+            args.size, args.steps, args.warmup)
+        rows.append(dict(config=name, model=LABELS[name], **result))
     load_after = os.getloadavg()
     base = rows[0]["images_per_s"]
     print(f"\nResNet-50 training, {args.backend}, {args.precision}, "
@@ -192,8 +179,6 @@ def main():
         "results": rows,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    from keras_largebatch._shared import atomic_write
-
     atomic_write(args.out, json.dumps(result, indent=2))
     print(f"\nwrote {args.out}")
 

@@ -1,31 +1,12 @@
 """Input pipeline throughput: decoded, augmented images/s per CPU core.
 
-ImageNet-format TFRecord shards of synthetic JPEGs at ImageNet's typical
-sizes (about 500x375, quality 90) are written to a temporary folder, then
-read by:
-
-- `train`: the command's training pipeline (`imagenet.read` + random-
-  resized crop decoded with `tf.io.decode_and_crop_jpeg` + resize + flip);
-- `eval`: its evaluation pipeline (center crop of 224/256, resize);
-- `decode+resize`: the plain baseline, the whole JPEG decoded
-  (`tf.io.decode_jpeg`) and resized to a square.
-
-each at 224x224 and at the command's default small size (67), with
-tf.data's private thread pool at 1 and at all cores. Per core is images per
-CPU-second of this process (`time.process_time`, all threads): the cost
-of an image, which other jobs on a shared machine change less than the
-wall-clock rate (also reported, with the load average). Best of
-`--repeats` rounds, the configurations measured in turn.
+Synthetic JPEGs at ImageNet's sizes in TFRecord shards, read by the
+command's `train` and `eval` pipelines and a plain `decode+resize` at each
+of `--sizes`, tf.data's threads at 1 and at all cores; per core: images per
+CPU-second of this process. `--fashion_mnist` compares tf.data and Grain
+instead. The method and the results: docs/benchmarks.md.
 
     python bench/micro/input_pipeline.py [--images 384] [--sizes 224,67]
-
-With `--fashion_mnist`, it compares instead the command's two pipelines on
-Fashion-MNIST at 28x28 with its `light` augmentation (shift and zoom),
-batches of `--batch`: tf.data (`data.batch`) and Grain with NumPy, no
-TensorFlow (`data.grain_pipeline.batch`), images/s of the pipeline alone
-(batches read and dropped), best of `--repeats`; results in
-`bench/results/input_pipeline_fashion_mnist.json`.
-
     python bench/micro/input_pipeline.py --fashion_mnist [--batch 256]
 """
 
@@ -46,6 +27,10 @@ import tensorflow as tf
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import imagenet
 
+RESULTS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+MACHINE = (f"{platform.processor() or platform.machine()}, "
+           f"{os.cpu_count()} CPU cores, no GPU")
 SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
           (500, 500), (281, 500), (375, 500)]
 
@@ -95,15 +80,14 @@ def pipeline(kind, paths, size):
                 tf.constant([0, 1], "int64"), i)
             return imagenet.decode_train(encoded, size, seed), label
         return records.enumerate().map(fn, num_parallel_calls=tf.data.AUTOTUNE)
-    if kind == "eval":
-        def fn(record):
-            encoded, label = imagenet.parse(record, 1000)
+
+    def fn(record):
+        encoded, label = imagenet.parse(record, 1000)
+        if kind == "eval":
             return imagenet.decode_eval(encoded, size), label
-    else:
-        def fn(record):
-            encoded, label = imagenet.parse(record, 1000)
-            image = tf.io.decode_jpeg(encoded, channels=3)
-            return tf.image.resize(image, (size, size)) / 255.0, label
+        image = tf.io.decode_jpeg(encoded, channels=3)
+        return tf.image.resize(image, (size, size)) / 255.0, label
+
     return records.map(fn, num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -124,6 +108,18 @@ def measure(ds):
         count += int(x.shape[0])
     return (count / (time.perf_counter() - wall),
             count / (time.process_time() - cpu))
+
+
+def write(name, **fields):
+    """`bench/results/<name>`: the machine, the date, the command, `fields`."""
+    path = os.path.join(RESULTS, name)
+    os.makedirs(RESULTS, exist_ok=True)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds")
+    atomic_write(path, json.dumps(dict(
+        machine=MACHINE, date=date, command="python " + " ".join(sys.argv),
+        **fields), indent=2))
+    print(f"wrote {path}")
 
 
 def fashion_mnist(args):
@@ -150,30 +146,17 @@ def fashion_mnist(args):
             best[name] = max(best[name], measure(build())[0])
     load_after = os.getloadavg()
     ratio = best["grain"] / best["tf.data"]
-    machine = (f"{platform.processor() or platform.machine()}, "
-               f"{os.cpu_count()} CPU cores, no GPU")
-    print(f"\nMachine: {machine}; Fashion-MNIST, {steps} batches of "
+    print(f"\nMachine: {MACHINE}; Fashion-MNIST, {steps} batches of "
           f"{args.batch}, light augmentation; load average "
           f"{load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
     print("| pipeline | images/s (wall) |\n|---|---:|")
     for name, rate in best.items():
         print(f"| {name} | {rate:.0f} |")
     print(f"\nGrain / tf.data: {ratio:.2f} (target >= 0.9)")
-    out = {
-        "machine": machine,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"),
-        "command": "python " + " ".join(sys.argv),
-        "tensorflow": tf.__version__, "batch": args.batch, "batches": steps,
-        "repeats": args.repeats,
-        "load_average_before_after": [load_before[0], load_after[0]],
-        "images_per_sec": best, "grain_over_tf_data": ratio,
-    }
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-                        "input_pipeline_fashion_mnist.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write("input_pipeline_fashion_mnist.json", tensorflow=tf.__version__,
+          batch=args.batch, batches=steps, repeats=args.repeats,
+          load_average_before_after=[load_before[0], load_after[0]],
+          images_per_sec=best, grain_over_tf_data=ratio)
 
 
 def main():
@@ -207,9 +190,7 @@ def main():
                          "images_per_sec": wall,
                          "images_per_cpu_sec": cpu})
     load_after = os.getloadavg()
-    machine = (f"{platform.processor() or platform.machine()}, {cores} "
-               f"CPU cores, no GPU")
-    print(f"\nMachine: {machine}; TensorFlow {tf.__version__}; "
+    print(f"\nMachine: {MACHINE}; TensorFlow {tf.__version__}; "
           f"{len(jpeg_bytes)} JPEGs, mean {np.mean(jpeg_bytes) / 1e3:.0f} KB; "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} "
           f"after\n")
@@ -223,24 +204,11 @@ def main():
                    if r["pipeline"] == "train" and r["size"] == 224)
     print(f"\nAn H100 at 6,500 images/s (ResNet-50, 224x224) needs "
           f"{6500 / per_core:.0f} such cores for the training pipeline.")
-    out = {
-        "machine": machine,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"),
-        "command": "python " + " ".join(sys.argv),
-        "tensorflow": tf.__version__,
-        "jpegs": len(jpeg_bytes),
-        "mean_jpeg_bytes": float(np.mean(jpeg_bytes)),
-        "load_average_before_after": [load_before[0], load_after[0]],
-        "rows": rows,
-        "repeats": args.repeats,
-        "cores_for_6500_images_per_sec_at_224": 6500 / per_core,
-    }
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-                        "input_pipeline.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write("input_pipeline.json", tensorflow=tf.__version__,
+          jpegs=len(jpeg_bytes), mean_jpeg_bytes=float(np.mean(jpeg_bytes)),
+          load_average_before_after=[load_before[0], load_after[0]],
+          rows=rows, repeats=args.repeats,
+          cores_for_6500_images_per_sec_at_224=6500 / per_core)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import platform
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -22,17 +21,7 @@ import tensorflow as tf
 
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import native
-
-
-def median_ms(fn, repeats):
-    fn()  # Trace and warm up.
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        (out[-1] if isinstance(out, list) else out).numpy()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
+from optimizer_step import median_ms  # bench/micro/, beside this file
 
 
 def main():
@@ -42,28 +31,26 @@ def main():
 
     model = keras.applications.ResNet50(weights=None)
     rng = np.random.default_rng(0)
-    grads = [
-        tf.constant(rng.standard_normal(w.shape).astype(np.float32))
-        for w in model.trainable_weights
-    ]
+    grads = [tf.constant(rng.standard_normal(w.shape).astype(np.float32))
+             for w in model.trainable_weights]
     shapes = [g.shape for g in grads]
     dtypes = [g.dtype for g in grads]
     nbytes = sum(int(np.prod(s)) * 4 for s in shapes)
     print(f"ResNet-50: {len(grads)} tensors, {nbytes / 2**20:.1f} MiB float32")
 
+    f32, f16 = native.pack(grads), native.pack(grads, "float16")
     cases = {
         "pack float32": lambda u: native.pack(grads, use_native=u),
         "pack float32->float16 x1/8": lambda u: native.pack(
-            grads, dtype="float16", scale=0.125, use_native=u
-        ),
+            grads, dtype="float16", scale=0.125, use_native=u),
+        "unpack float32": lambda u: native.unpack(
+            f32, shapes, dtypes, use_native=u),
+        "unpack float16->float32 x8": lambda u: native.unpack(
+            f16, shapes, dtypes, scale=8.0, use_native=u),
     }
-    buffers = {"float32": native.pack(grads), "float16": native.pack(grads, "float16")}
-    cases["unpack float32"] = lambda u: native.unpack(
-        buffers["float32"], shapes, dtypes, use_native=u
-    )
-    cases["unpack float16->float32 x8"] = lambda u: native.unpack(
-        buffers["float16"], shapes, dtypes, scale=8.0, use_native=u
-    )
+
+    def sync(out):
+        (out[-1] if isinstance(out, list) else out).numpy()
 
     rows = []
     for name, case in cases.items():
@@ -73,7 +60,8 @@ def main():
                 row[label + "_ms"] = None
                 continue
             fn = tf.function(lambda c=case, u=use_native: c(u))
-            row[label + "_ms"] = median_ms(fn, args.repeats)
+            row[label + "_ms"] = median_ms(fn, args.repeats, warmup=1,
+                                           sync=sync)[0]
         rows.append(row)
 
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, no GPU"

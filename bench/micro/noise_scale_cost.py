@@ -1,17 +1,9 @@
 """Cost of `GradientNoiseScale`: a training step of `fit` with and without it.
 
-Two models, each step one micro-batch of 64 under
-`gradient_accumulation_steps=2`, SGD with momentum:
-- `resnet_cifar_8x4`: the large-batch study's network (Fashion-MNIST shape);
-- `mlp_4x1024`: four 1024-wide Dense layers (3.2M weights on a cheap
-  forward pass), the worst case: the callback reads every gradient and
-  accumulator once more per micro-batch.
-
-Per backend (a process each), `fit` is run `--repeats` times alternately
-without the callback and with it at each `--intervals` (it measures every
-`interval`-th update); each fit times its steps after the first `--warmup`
-(compilation) until the epoch ends, in wall and process CPU time. The
-median per-step time of each is reported, and the overhead in percent.
+Per backend, `fit` of each of `--models` (`mlp_4x1024` is the worst case)
+alternately without the noise scale and with it every `--intervals`
+updates: the median step time after `--warmup` steps, wall and CPU, and
+the overhead. The method and the results: docs/benchmarks.md.
 
     python bench/micro/noise_scale_cost.py
     python bench/micro/noise_scale_cost.py --backends jax --steps 40 --intervals 1 4
@@ -48,20 +40,21 @@ def build(name):
     return keras.Sequential(layers), (1024,)
 
 
-class _Timer:
-    def __init__(self, warmup):
-        import keras
+def _timer(warmup):
+    """A callback noting (wall, CPU) time after `warmup` steps (`start`)
+    and at the epoch's end (`end`)."""
+    import keras
 
-        class Timer(keras.callbacks.Callback):
-            def on_train_batch_end(inner, batch, logs=None):
-                if batch == warmup - 1:
-                    self.start = (time.perf_counter(), time.process_time())
+    class Timer(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == warmup - 1:
+                self.start = (time.perf_counter(), time.process_time())
 
-            def on_epoch_end(inner, epoch, logs=None):
-                keras.ops.convert_to_numpy(inner.model.optimizer.iterations)
-                self.end = (time.perf_counter(), time.process_time())
+        def on_epoch_end(self, epoch, logs=None):
+            keras.ops.convert_to_numpy(self.model.optimizer.iterations)
+            self.end = (time.perf_counter(), time.process_time())
 
-        self.callback = Timer()
+    return Timer()
 
 
 def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
@@ -91,9 +84,9 @@ def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
         y = np.random.randint(0, 10, batch * steps)
         for _ in range(repeats):
             for model, callbacks, times in runs.values():
-                timer = _Timer(warmup)
+                timer = _timer(warmup)
                 model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
-                          shuffle=False, callbacks=callbacks + [timer.callback])
+                          shuffle=False, callbacks=callbacks + [timer])
                 n = steps - warmup
                 times.append([(e - s) * 1000 / n
                               for s, e in zip(timer.start, timer.end)])

@@ -1,22 +1,7 @@
 """Optimizer step time on ResNet-50's 214 variables: LARS, LAMB and their
-mixed variants against their Keras baselines.
-
-Baselines: LARS against SGD(momentum=0.9); LARSMixed against Keras'
-LossScaleOptimizer(SGD(momentum=0.9)); LAMB against Adam; LAMBMixed against
-LossScaleOptimizer(Adam). The loss-scaled optimizers get loss-scaled
-gradients (times their initial scale, 2**15).
-
-Each backend runs in its own process (Keras fixes the backend at import).
-Per backend, the step is run the way that backend's trainer runs it:
-TensorFlow `apply` inside `tf.function` (and with XLA), JAX a jitted
-`stateless_apply` with the state donated as Keras' trainer donates it, torch
-eager `apply`. Also reports the
-floors: a minimal jitted JAX LARS (norms, then one fused update) against a
-minimal jitted JAX SGD, and the same for LAMB against Adam, in plain
-jax.numpy with the same donation; LARS must read every weight and gradient
-once more for the norms, LAMB its update `r` (which the trust ratio needs
-whole before any weight moves), so no implementation on top of XLA gets
-below those ratios.
+mixed variants against their Keras baselines, each backend in a process of
+its own, its step run as its trainer runs it, and the floors of plain
+jitted JAX (`_jax_floor`). The method and the results: docs/benchmarks.md.
 
     python bench/micro/optimizer_step.py                      # all three backends
     python bench/micro/optimizer_step.py --backends jax --steps 30
@@ -26,6 +11,7 @@ Prints a Markdown table and writes bench/results/optimizer_step.json.
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -38,7 +24,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(HERE, "results", "optimizer_step.json")
 
 
-def _median_ms(fn, steps, warmup=3, sync=lambda out: None):
+def median_ms(fn, steps, warmup=3, sync=lambda out: None):
     """Median wall-clock and process CPU milliseconds (all threads) per
     step. On a loaded machine wall time measures the scheduler as much as
     the step; CPU time measures the work."""
@@ -53,6 +39,31 @@ def _median_ms(fn, steps, warmup=3, sync=lambda out: None):
     return 1000 * statistics.median(wall), 1000 * statistics.median(cpu)
 
 
+# Each rule against its Keras baseline.
+PAIRS = [("LARS", "SGD"), ("LARSMixed", "LSO(SGD)"), ("LAMB", "Adam"),
+         ("LAMBMixed", "LSO(Adam)")]
+
+
+def optimizers():
+    """Name -> a function that makes the optimizer (the GPU check's part a
+    makes its optimizers here too)."""
+    import keras
+
+    import keras_largebatch as klb
+
+    lso = keras.optimizers.LossScaleOptimizer
+    return {
+        "SGD": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+        "LARS": lambda: klb.LARS(0.1, momentum=0.9, weight_decay=5e-5),
+        "LSO(SGD)": lambda: lso(keras.optimizers.SGD(0.1, momentum=0.9)),
+        "LARSMixed": lambda: klb.LARSMixed(0.1, momentum=0.9, weight_decay=5e-5),
+        "Adam": lambda: keras.optimizers.Adam(1e-3),
+        "LAMB": lambda: klb.LAMB(1e-3, weight_decay=1e-2),
+        "LSO(Adam)": lambda: lso(keras.optimizers.Adam(1e-3)),
+        "LAMBMixed": lambda: klb.LAMBMixed(1e-3, weight_decay=1e-2),
+    }
+
+
 def _store(results, name, measured):
     results[name], results[name + "_cpu"] = measured
 
@@ -60,8 +71,6 @@ def _store(results, name, measured):
 def measure_backend(steps, only=None):
     import keras
     import numpy as np
-
-    import keras_largebatch as klb
 
     backend = keras.backend.backend()
     model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3))
@@ -73,19 +82,9 @@ def measure_backend(steps, only=None):
                "parameters": int(sum(np.prod(v.shape) for v in variables))}
 
     lso = keras.optimizers.LossScaleOptimizer
-    makers = {
-        "SGD": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-        "LARS": lambda: klb.LARS(0.1, momentum=0.9, weight_decay=5e-5),
-        "LSO(SGD)": lambda: lso(keras.optimizers.SGD(0.1, momentum=0.9)),
-        "LARSMixed": lambda: klb.LARSMixed(0.1, momentum=0.9, weight_decay=5e-5),
-        "Adam": lambda: keras.optimizers.Adam(1e-3),
-        "LAMB": lambda: klb.LAMB(1e-3, weight_decay=1e-2),
-        "LSO(Adam)": lambda: lso(keras.optimizers.Adam(1e-3)),
-        "LAMBMixed": lambda: klb.LAMBMixed(1e-3, weight_decay=1e-2),
-    }
     scaled = [keras.ops.convert_to_tensor(g * 2.0**15) for g in grads_np]
 
-    for name, make in makers.items():
+    for name, make in optimizers().items():
         if only and name not in only:
             continue
         optimizer = make()
@@ -98,10 +97,9 @@ def measure_backend(steps, only=None):
                 step = tf.function(
                     lambda o=optimizer, g=grads: o.apply(g, variables),
                     jit_compile=jit)
-                _store(results, name + label, _median_ms(step, steps))
+                _store(results, name + label, median_ms(step, steps))
         elif backend == "jax":
             import jax
-
             import jax.numpy as jnp
 
             # As Keras' JAX trainer: the state is donated in the order the
@@ -121,13 +119,13 @@ def measure_backend(steps, only=None):
                 state["vars"], state["opt"] = new_vars, new_opt
                 return new_vars
 
-            _store(results, name, _median_ms(
-                run, steps, sync=lambda out: jax.block_until_ready(out)))
+            _store(results, name, median_ms(run, steps,
+                                            sync=jax.block_until_ready))
         else:
             import torch
 
             # On a GPU `apply` only queues kernels: wait for them.
-            _store(results, name, _median_ms(
+            _store(results, name, median_ms(
                 lambda: optimizer.apply(grads, variables), steps,
                 sync=lambda out: torch.cuda.is_available()
                 and torch.cuda.synchronize()))
@@ -170,25 +168,21 @@ def _jax_floor(grads, variables, steps):
             new_mvs.append((m, v))
         return new_ws, new_mvs
 
-    def lamb(ws, mvs, gs):
-        return adam(ws, mvs, gs, layerwise=True)
-
+    lamb = functools.partial(adam, layerwise=True)
     out = {}
     for name, fn, slots in (("floor_SGD", sgd, 1), ("floor_LARS", lars, 1),
                             ("floor_Adam", adam, 2), ("floor_LAMB", lamb, 2)):
         step = jax.jit(fn, donate_argnums=(0, 1))
         zeros = lambda v: jnp.zeros(v.shape, "float32")  # noqa: E731
-        state = {
-            "ws": [jnp.array(v.value) for v in variables],
-            "slots": [zeros(v) if slots == 1 else (zeros(v), zeros(v))
-                      for v in variables],
-        }
+        state = {"ws": [jnp.array(v.value) for v in variables],
+                 "slots": [zeros(v) if slots == 1 else (zeros(v), zeros(v))
+                           for v in variables]}
 
         def run(step=step, state=state):
             state["ws"], state["slots"] = step(state["ws"], state["slots"], grads)
             return state["ws"]
 
-        _store(out, name, _median_ms(run, steps, sync=jax.block_until_ready))
+        _store(out, name, median_ms(run, steps, sync=jax.block_until_ready))
     return out
 
 
@@ -215,27 +209,24 @@ def main():
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         out = subprocess.run(
             [sys.executable, __file__, "--child", "--steps", str(args.steps)],
-            env=env, capture_output=True, text=True, timeout=1800,
-        )
+            env=env, capture_output=True, text=True, timeout=1800)
         lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode or not lines:
             sys.exit(f"{backend} failed:\n{out.stderr[-3000:]}")
         table.update(json.loads(lines[-1][len("RESULT "):]))
 
-    pairs = [("LARS", "SGD"), ("LARSMixed", "LSO(SGD)"), ("LAMB", "Adam"),
-             ("LAMBMixed", "LSO(Adam)")]
-    names = [n for pair in pairs for n in pair]
+    names = [n for pair in PAIRS for n in pair]
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     for clock, suffix in (("wall-clock", ""), ("process CPU", "_cpu")):
         print(f"\nResNet-50 optimizer step, {machine}, median of {args.steps} "
               f"steps, {clock} ms\n")
         print("| backend | " + " | ".join(names) + " | "
-              + " | ".join(f"{a}/{b}" for a, b in pairs) + " |")
-        print("|---" * (1 + len(names) + len(pairs)) + "|")
+              + " | ".join(f"{a}/{b}" for a, b in PAIRS) + " |")
+        print("|---" * (1 + len(names) + len(PAIRS)) + "|")
         for backend, r in table.items():
             for v in [""] + (["_xla"] if backend == "tensorflow" else []):
                 ms = [r[n + v + suffix] for n in names]
-                ratios = [r[a + v + suffix] / r[b + v + suffix] for a, b in pairs]
+                ratios = [r[a + v + suffix] / r[b + v + suffix] for a, b in PAIRS]
                 print(f"| {backend}{' (XLA)' if v else ''} | "
                       + " | ".join(f"{x:.1f}" for x in ms) + " | "
                       + " | ".join(f"{x:.2f}" for x in ratios) + " |")

@@ -1,23 +1,14 @@
 """The critical batch measured directly, beside B_simple: branched probes
 from the small batch's checkpoints (Merrill et al. 2025, arXiv:2505.23971;
-McCandlish et al. 2018, arXiv:1812.06162).
-
-The trajectory: 128 at 0.2 (ResNet-8 w4, Fashion-MNIST, SGD, 24 epochs),
-seed 0, its epoch checkpoints kept. A probe: from the checkpoint after
-epoch e (`EPOCHS_AT`), one epoch at batch B with the rate the trajectory
-had there x B / 128 held constant (`TRAJECTORY_RATE`), momentum restarted,
-batch norm's statistics recomputed before its one evaluation
-(`PRECISE_BN`), a data order of its own. The small batch's probes also
-stop after `SMALL_STEPS` updates, which traces its loss against examples.
+McCandlish et al. 2018, arXiv:1812.06162). The probes and their settings:
+the plan `probes` (`plans.py`).
 
 `analyse` gives at each checkpoint: the critical batch (the largest whose
 validation loss after the epoch stays within `TOLERANCE` of the small
 batch's, every smaller one too), each batch's efficiency E_min / E (the
 examples 128 needed to reach the loss the batch ends at, over those it
 took; at most 1), B_noise fitted to McCandlish's 1 + B / B_noise (probes
-whose loss rose left out), B_simple (the median of the smallest
-accumulating batch's probes) and the batch the command's defaults ask for
-from it.
+whose loss rose left out), B_simple and the batch the defaults ask for.
 """
 
 import math
@@ -107,11 +98,10 @@ def small_curves(points):
 
 def efficiency(probe, small):
     """`probe`'s efficiency against each of the `small` probes' curves."""
-    out = []
-    for s in small:
-        x = examples_to(s["curve"], probe["val_loss"], s["start_val_loss"])
-        out.append(1.0 if x is None else min(1.0, x / probe["examples"]))
-    return out
+    reached = [examples_to(s["curve"], probe["val_loss"], s["start_val_loss"])
+               for s in small]
+    return [1.0 if x is None else min(1.0, x / probe["examples"])
+            for x in reached]
 
 
 def normalise(runs):

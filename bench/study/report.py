@@ -1,14 +1,10 @@
 """The study's report, computed from the records: `bench/results/study.md`
-(findings first, then the front, the comparisons' detail and every
-configuration's table) and `study.json` (the same numbers).
+and `study.json` (the same numbers).
 
-A configuration is everything but the seed; its runs are grouped per
-machine kind (`runner.machine_kind`) and never pooled across kinds unless
-the same configuration on both passes `stats.same_machine_test` (`POOLS`).
-Each finding of `COMPARISONS` names its two arms, the seeds each is
-measured on (decided in the plan before the runs) and the seeds its rate
-was chosen on; the verdict words come from the intervals
-(`stats.verdict`), never typed.
+A configuration's runs are grouped per machine kind and pooled across kinds
+only where `stats.same_machine_test` passes (`POOLS`). Each finding of
+`COMPARISONS` names its two arms, the seeds each is measured on and those
+its rate was chosen on; the verdict words come from the intervals.
 """
 
 import json
@@ -151,10 +147,8 @@ def comparison(runs, claim, sel_a, sel_b, chosen, choosing=()):
     rate (`choosing`) also measures it, no verdict decides."""
     out = []
     for machine in sorted({r["kind_of_machine"] for r in runs}):
-        a = arm([r for r in runs if r["kind_of_machine"] == machine],
-                "a", **dict(sel_a))
-        b = arm([r for r in runs if r["kind_of_machine"] == machine],
-                "b", **dict(sel_b))
+        here = [r for r in runs if r["kind_of_machine"] == machine]
+        a, b = arm(here, "a", **dict(sel_a)), arm(here, "b", **dict(sel_b))
         if len(a.seeds) < 2 or len(b.seeds) < 2:
             continue
         result = stats.compare(a, b, TARGETS)

@@ -1,21 +1,15 @@
 """The one runner of every study: a run spec's command line, a pool of
 processes within a time budget, one record writer with one machine stamp.
 
-A run spec is a dict: the `workload` (a name in `WORKLOADS`: the model and
-data flags), `kind` (`fixed`, `grown`, `probe`; the retired LARS study's
-records have a `phase` instead), `optimizer`, `batch` (the update batch;
-a grown run's first compiled batch), `rate` (the peak rate), `seed`,
-`epochs`, `warmup_epochs`, and optionally `variant` (a grown run's name),
-`flags` (the command's flags beyond these, as a dict; `{work_dir}` in a
-value is the runs' folder), `run_backend` (the Keras backend, default
-KERAS_BACKEND's), `micro` (the batch
-norm batch, default 256: larger batches accumulate), `evals` (evaluations
-an epoch, default 4). `run_key` names a spec and the record of its run the
-same way, which is how a rerun skips what is done.
-
-Runs are `keras-largebatch-train` processes; a record (`<plan>.json`)
-holds one entry per finished run, with the machine it ran on
-(`machine()`), written atomically after each run.
+A run spec is a dict: `workload` (a name in `WORKLOADS`), `kind` (`fixed`,
+`grown`, `probe`; the retired LARS study's records have a `phase`),
+`optimizer`, `batch` (the update batch; a grown run's first), `rate` (the
+peak), `seed`, `epochs`, `warmup_epochs`, and optionally `variant`, `flags`
+(the command's other flags; `{work_dir}` in a value is the runs' folder),
+`run_backend` (default KERAS_BACKEND's), `micro` (the batch norm batch,
+default 256: larger batches accumulate), `evals` (an epoch, default 4).
+`run_key` names a spec and its run's record alike: a rerun skips what is
+done. A record (`<plan>.json`) holds each finished run with its machine.
 """
 
 import csv
@@ -26,6 +20,7 @@ import platform
 import subprocess
 import sys
 import time
+from importlib import metadata
 
 from keras_largebatch._shared import atomic_write
 
@@ -91,29 +86,41 @@ def train_command(argv):
             "from keras_largebatch.train.main import run; run()", *argv]
 
 
+def version(package):
+    """The installed version of `package`; None where it is not installed."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def nvidia_smi(query="name"):
+    """nvidia-smi's answer to `--query-gpu=<query>`, a line a GPU ("" where
+    there is none)."""
+    try:
+        return subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds")
+
+
 def machine(backend=None):
     """'2-core x86_64 CPU VM, no GPU (JAX 0.10.2), 2026-11-27', or 'one
     NVIDIA H200 (JAX 0.11.2), 2026-11-27': where runs of `backend` (default
     KERAS_BACKEND's) run from this process."""
-    from importlib import metadata
-
     backend = backend or os.environ.get("KERAS_BACKEND", "jax")
-    version = "?"
-    for package in {"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(
-            backend, (backend,)):
-        try:
-            version = metadata.version(package)
-            break
-        except metadata.PackageNotFoundError:
-            continue
+    packages = {"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(
+        backend, (backend,))
+    found = next(filter(None, map(version, packages)), "?")
     name = {"jax": "JAX", "torch": "torch", "tensorflow": "TensorFlow"}
-    software = f"{name.get(backend, backend)} {version}"
-    try:
-        gpu = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        gpu = ""
+    software = f"{name.get(backend, backend)} {found}"
+    gpu = nvidia_smi()
     where = (f"one {gpu.splitlines()[0]}" if gpu else
              f"{os.cpu_count()}-core {platform.machine()} CPU VM, no GPU")
     return f"{where} ({software}), {datetime.date.today().isoformat()}"
@@ -228,10 +235,7 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 continue
             record = dict(collect(spec, directory, time.monotonic() - started),
                           machine=machine(spec.get("run_backend")),
-                          host=platform.node(),
-                          finished=datetime.datetime.now(
-                              datetime.timezone.utc).isoformat(
-                                  timespec="seconds"))
+                          host=platform.node(), finished=now())
             runs = load(record_path) + [record]
             save(record_path, runs, updated=datetime.date.today().isoformat())
             finished.append(record)
