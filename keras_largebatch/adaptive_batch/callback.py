@@ -157,6 +157,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
         self.beta = beta
         self.interval = interval
         self.state = None
+        self._resumed = None
 
     def set_model(self, model):
         super().set_model(model)
@@ -176,9 +177,21 @@ class AdaptiveBatch(keras.callbacks.Callback):
         """The update batch in effect, `batch_size * k`."""
         return self.batch_size * self.accumulation_steps
 
+    def resume_within_epoch(self, pending):
+        """A run restored within an epoch: the next epoch to begin keeps
+        the decision it took before the checkpoint (`pending`, the k
+        waiting for its micro-batch then, or None) rather than deciding
+        again from the statistics since (`train.step_checkpoints`)."""
+        self._resumed = (pending,)
+
     def on_epoch_begin(self, epoch, logs=None):
         if in_effect.restore_saved(self.state):
             self.model.make_train_function(force=True)
+        if self._resumed is not None:
+            (pending,), self._resumed = self._resumed, None
+            if pending and in_effect.ask(self.state, pending, shrink=True):
+                self._switch_when_aligned(0)
+            return
         annealing = self._annealing(epoch)
         k = self._decide(epoch)
         if annealing:  # Never shrinks but to the cap.

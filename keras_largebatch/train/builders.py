@@ -190,7 +190,7 @@ def check_noise_scale(optimizer, strategy, gradient_accumulation_steps):
 
 def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
               *, gradient_accumulation_steps, compression="none",
-              strategy=None, peer=False):
+              strategy=None, peer=False, within_epoch=None):
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
@@ -202,19 +202,25 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     the logs and checkpoints, so they see its statistics. A `peer` (a JAX
     process other than the chief) saves its backup into `out_dir` and
     restores from the chief's, and writes no logs or checkpoints.
+    `within_epoch` (a `resume.Position`, read from the chief's
+    backup) is where this run resumes within an epoch, if it does.
     """
     backup = os.path.join(out_dir, "backup")
+    growing = _adaptive_batch(adaptive, inputs.step_batch)
     found = [
         throughput,
         outputs.EpochScalars(),  # learning_rate, loss_scale
         # The adaptive batch first: its wrapper (every update measured)
         # is the one the noise-scale logs then read.
-        *_adaptive_batch(adaptive, inputs.step_batch),
+        *growing,
         *_noise_scale(adaptive, inputs.step_batch),
         outputs.Backup(os.path.join(runtime.model_dir, "backup")
                        if peer else backup, backup),
+        # After the backup: restores over it, and saves after it.
+        *_step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
+                           within_epoch, growing, strategy),
         *_residual_checkpoints(compression, strategy, backup),
-        resume.step_randomness(runtime.seed),
+        resume.step_randomness(runtime.seed, within_epoch),
         *_precise_bn(evaluation.precise_bn_batches, inputs),
     ]
     if not peer:
@@ -242,6 +248,20 @@ def _within_epoch_evals(per_epoch, accumulation_steps, validation,
         validation, per_epoch,
         out_dir and os.path.join(out_dir, "evals.csv"), accumulation,
         throughput)]
+
+
+def _step_checkpoints(every, backup_dir, inputs, within_epoch, growing,
+                      strategy):
+    """`--checkpoint_every_steps` (`every`), or a run resuming
+    `within_epoch`: the callback that saves and restores within epochs."""
+    if not every and within_epoch is None:
+        return []
+    from keras_largebatch.train import step_checkpoints
+
+    data = inputs.train if hasattr(inputs.train, "state_at") else None
+    return [step_checkpoints.StepCheckpoints(
+        every, backup_dir, inputs.steps_per_epoch, within_epoch, data,
+        growing[0] if growing else None, strategy)]
 
 
 def _noise_scale(adaptive, step_batch):

@@ -326,6 +326,13 @@ TABLE = (
         '(epoch_NNN.keras, also model_dir/final.keras) counting as the '
         'newest; 0 keeps none, and final.keras is still written.',
          group='runtime', minimum=0, free=True),
+    Flag('checkpoint_every_steps', 'integer', 0,
+        'Also checkpoint within each epoch every N updates (optimizer '
+        'steps), with the data position, into model_dir/backup: a killed run '
+        'started again with the same command resumes there and loses at '
+        'most N updates (0: only at epoch ends). Not with '
+        '--evals_per_epoch above 1 or --compression=topk.',
+         group='runtime', minimum=0, free=True, recorded=False),
     Flag('init_weights', 'string', None,
         "A .weights.h5 or .keras (e.g. another run's final.keras) of the "
         'same architecture; the classifier is skipped when the number of '
@@ -540,6 +547,17 @@ RULES = (
               or not v["precise_bn_batches"],
               "1 with --precise_bn_batches (the evaluations within an "
               "epoch would read the moving averages)"),
+    # Their state within an epoch (the evaluations' positions, the top-k
+    # residuals) is kept at epoch ends only.
+    _requires("checkpoint_every_steps", ("evals_per_epoch",),
+              lambda v: not v["checkpoint_every_steps"]
+              or v["evals_per_epoch"] == 1,
+              "0 with --evals_per_epoch above 1"),
+    _requires("checkpoint_every_steps", ("compression",),
+              lambda v: not v["checkpoint_every_steps"]
+              or v["compression"] != "topk",
+              "0 with --compression=topk (its residuals are saved at "
+              "epoch ends)"),
     Rule(("init_weights",), _init_weights_is_a_file),
     Rule(("model_dir",), _model_dir_is_given),
     _requires("warmup_epochs", ("epochs",),

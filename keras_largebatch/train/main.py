@@ -142,7 +142,9 @@ def prepare(config, devices):
     train_flags.check_after_resume(config)
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
-                         precise_bn, initial_epoch)
+                         precise_bn, initial_epoch,
+                         resuming.within_epoch if resuming else None,
+                         resumable=runtime.checkpoint_every_steps > 0)
     schedule = builders.schedule(
         config.learning_rate, training, config.optimization.optimizer,
         inputs.steps_per_epoch, resuming)
@@ -185,7 +187,8 @@ def _train(config, run, start, out_dir, peer):
         gradient_accumulation_steps=(
             config.training.gradient_accumulation_steps),
         compression=config.placement.compression,
-        strategy=run.devices.strategy, peer=peer)
+        strategy=run.devices.strategy, peer=peer,
+        within_epoch=run.resuming.within_epoch if run.resuming else None)
     with warnings.catch_warnings():
         # Keras' Grain adapter knows no length, so the end of each
         # validation pass reads as "input ran out of data".

@@ -282,9 +282,13 @@ def read_evals(path):
 class Backup(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` at each epoch's end, atomic, with the seed states.
 
-    The weights file and `training_metadata.json` are each written under a
-    temporary name and renamed, the metadata last: a run killed while
-    saving resumes from the previous epoch. The metadata also holds the
+    The new weights are written whole under a name of their epoch
+    (`staged_EEE.weights.h5`), then `training_metadata.json` naming them,
+    then they are renamed onto `latest.weights.h5`; a restore finishes a
+    rename the metadata names and a kill left undone. So a run killed
+    anywhere in a save resumes from the epoch before it or the one it
+    saved, never from one's weights with the other's count. The metadata
+    also holds the
     state of every `SeedGenerator` in the model (dropout), which weights
     files leave out, so that a resumed run draws the masks an uninterrupted
     run would draw. With `save_dir`, it restores from `backup_dir` and
@@ -299,9 +303,8 @@ class Backup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         os.makedirs(self.save_dir, exist_ok=True)
-        weights = os.path.join(self.save_dir,
-                               os.path.basename(self._weights_path))
-        with atomic_path(weights) as tmp:
+        staged = f"staged_{self._current_epoch:03d}.weights.h5"
+        with atomic_path(os.path.join(self.save_dir, staged)) as tmp:
             self.model.save_weights(tmp)
         write_json(os.path.join(
             self.save_dir, os.path.basename(self._training_metadata_path)), {
@@ -309,9 +312,24 @@ class Backup(keras.callbacks.BackupAndRestore):
             "batch": self._last_batch_seen,
             "seed_states": [s.numpy().tolist()
                             for s in seed_states(self.model)],
+            "staged": staged,
         })
+        os.replace(os.path.join(self.save_dir, staged), os.path.join(
+            self.save_dir, os.path.basename(self._weights_path)))
+        for name in os.listdir(self.save_dir):  # Left by a kill.
+            if name.startswith("staged_") and name.endswith(".weights.h5"):
+                os.remove(os.path.join(self.save_dir, name))
 
     def _load_model(self):
+        if os.path.exists(self._training_metadata_path):
+            with open(self._training_metadata_path) as f:
+                staged = json.load(f).get("staged")
+            if staged:
+                try:  # Killed between the metadata and the rename.
+                    os.replace(os.path.join(self.backup_dir, staged),
+                               self._weights_path)
+                except FileNotFoundError:
+                    pass
         super()._load_model()
         if not os.path.exists(self._training_metadata_path):
             return

@@ -144,7 +144,7 @@ def supervise(argv, model_dir, timeout_seconds=0):
         return 2
     print(f"{PROG}: error: {lost_message(text, index, count, code)} "
           f"To resume, start all {count} processes again with the same "
-          f"command: they continue from the last finished epoch in "
+          f"command: they continue from the last checkpoint in "
           f"{model_dir}. Log: {log.name}", file=sys.stderr)
     return 1
 

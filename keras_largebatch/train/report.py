@@ -27,7 +27,14 @@ from keras_largebatch.train import resume
 
 def begin(run, out_dir):
     """Writes run_config.json (a new run) or records a raise of `--epochs`
-    (saying so), on the chief."""
+    (saying so), on the chief; a resumed run says where it resumes
+    (`resumed from epoch E, step S`: E counted from 1, S updates into
+    it)."""
+    if run.resuming and run.initial_epoch < run.resuming.epochs:
+        within = run.resuming.within_epoch
+        print(f"{PROG}: resumed from epoch "
+              f"{(within.epoch if within else run.initial_epoch) + 1}, "
+              f"step {within.step if within else 0}")
     if not run.devices.chief:
         return
     if not run.resuming:

@@ -1,8 +1,10 @@
 """Resuming a run in its `model_dir`: what may change, and how.
 
-A run is resumed from `backup/` (the state at the end of its last finished
-epoch; an epoch interrupted half-way is replayed from its start, with the
-same data and augmentation, see `data.tf_pipeline.batch`). Every flag
+A run is resumed from `backup/`: the state at the end of its last finished
+epoch (an epoch interrupted half-way is replayed from its start, with the
+same data and augmentation, see `data.tf_pipeline.batch`), or, with
+`--checkpoint_every_steps`, the newer state within the epoch after it
+(`step_checkpoints.py`). Every flag
 must match the original run's `run_config.json`, except:
 
 - the flags marked free in the flag table (`flags.FREE`), which change
@@ -39,6 +41,42 @@ from keras_largebatch.train.flags import RAISABLE
 
 RAISES_FILE = "epochs_raised.json"
 BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
+# The checkpoint within an epoch in backup/ (`step_checkpoints.py`).
+POINTER = "within_epoch.json"
+WEIGHTS = "within_epoch_{:03d}_{:06d}.weights.h5"
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """A checkpoint within epoch `epoch` (from 0): `step` updates and
+    `micro_batches` batches of `fit` into it; `data` is the pipeline's
+    position (`{"grain_state": ..., "start_epoch": ...}` or `{}`); the
+    weights file `weights` holds the model and the optimizer."""
+
+    epoch: int
+    step: int
+    micro_batches: int
+    data: dict
+    pending_accumulation_steps: int
+    seed_states: list
+    metrics: list
+    weights: str
+
+
+def within_epoch(backup_dir, finished_epochs):
+    """The `Position` in `backup_dir`, if it lies in the epoch after the
+    `finished_epochs` of the epoch backup (else it is older), else None."""
+    path = os.path.join(backup_dir, POINTER)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        saved = json.load(f)
+    position = Position(**{field.name: saved[field.name]
+                           for field in dataclasses.fields(Position)})
+    if position.epoch != finished_epochs:
+        return None
+    return dataclasses.replace(
+        position, weights=os.path.join(backup_dir, position.weights))
 
 
 class ResumeError(ValueError):
@@ -54,6 +92,7 @@ class Resume:
     epochs: int             # --epochs now
     finished_epochs: int    # epochs in backup/ (0 before the first ends)
     raises: list            # the records of epochs_raised.json
+    within_epoch: object = None  # a `Position`, or None
 
     @property
     def raised(self):
@@ -77,8 +116,9 @@ def check(model_dir, run_config):
             f"`model_dir` trains for epochs={epochs_before}; fewer would "
             f"change its schedule. Received: epochs={epochs}")
     metadata = _read(os.path.join(model_dir, BACKUP_METADATA), {})
-    return Resume(original, epochs_before, epochs,
-                  int(metadata.get("epoch", 0)), raises)
+    finished = int(metadata.get("epoch", 0))
+    return Resume(original, epochs_before, epochs, finished, raises,
+                  within_epoch(os.path.join(model_dir, "backup"), finished))
 
 
 # The flags whose meaning of a default changed with the adaptive batch's
@@ -179,14 +219,16 @@ def _read(path, default=None):
         return json.load(f)
 
 
-def step_randomness(seed):
+def step_randomness(seed, within_epoch=None):
     """A callback that reseeds torch's global generator before each step.
 
     Under torch, Keras' `Dropout` without a seed of its own draws from
     torch's global generator, which no checkpoint holds (and which the
     first epoch of a process consumes differently); seeding it from
     `(seed, epoch, step)` makes a replayed epoch draw what the original
-    drew. (Layers' own `SeedGenerator` states travel in the backup.)
+    drew. (Layers' own `SeedGenerator` states travel in the backup.) A run
+    resumed `within_epoch` (a `Position`) counts that
+    epoch's steps from where it resumed.
     """
     import keras
     import numpy as np
@@ -199,6 +241,8 @@ def step_randomness(seed):
             if keras.backend.backend() == "torch":
                 import torch
 
+                if within_epoch and self.epoch == within_epoch.epoch:
+                    batch += within_epoch.micro_batches
                 words = np.random.SeedSequence(
                     [seed, self.epoch, batch]).generate_state(2)
                 torch.manual_seed(int(words[0]) << 32 | int(words[1]))

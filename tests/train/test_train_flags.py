@@ -33,7 +33,7 @@ def test_parser_resume_and_run_config_come_from_the_table():
         assert absl_flags.FLAGS[flag.name].default == flag.default
     assert resume.FREE is flags.FREE
     assert set(flags.RECORDED) == {f.name for f in flags.TABLE} - {
-        "model_dir"}
+        "model_dir", "checkpoint_every_steps"}
 
 
 def _bad_value(flag):

@@ -19,6 +19,7 @@ and `training` are those parts of `flags.RunConfig`.
 """
 
 import dataclasses
+import functools
 import math
 
 import keras
@@ -81,7 +82,7 @@ def load_for(data, network, seed):
 
 
 def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
-           initial_epoch=0):
+           initial_epoch=0, position=None, resumable=False):
     """The batches of `spec` for the run: `Inputs`.
 
     `data` gives the pipeline and augmentation, `training` the batch and
@@ -92,6 +93,12 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
     normalized as in training, one batch-norm batch each (the step's
     batch, a micro-batch under accumulation), a function of `seed` and the
     epoch only (a resumed run recomputes the same statistics).
+
+    With `resumable` (`--checkpoint_every_steps`), Grain's training data
+    is a `grain_pipeline.resumable`, whose position a checkpoint saves;
+    `position` (a `resume.Position` within `initial_epoch`)
+    starts it there: at Grain's saved iterator state, or for tf.data at
+    the saved micro-batch.
     """
     drop = devices.replicas > 1
     _check_sizes(training.global_batch_size, spec, drop)
@@ -102,10 +109,20 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
         else math.ceil(spec.num_train / step_batch))
     pipeline = resolve_input_pipeline(data.input_pipeline, data.dataset)
     build = _builder(pipeline, data, seed, spec, devices, step_batch, drop)
-    train, validation = build(
+    first = min(initial_epoch, training.epochs - 1)
+    saved = position.data if position is not None else {}
+    build_train = build
+    if pipeline == "grain" and saved:
+        first = saved["start_epoch"]
+    elif pipeline != "grain" and position is not None:
+        build_train = functools.partial(
+            build, initial_step=position.micro_batches)
+    train, validation = build_train(
         seed, steps_per_epoch=training.steps_per_epoch or None,
-        epochs=training.epochs,
-        initial_epoch=min(initial_epoch, training.epochs - 1))
+        epochs=training.epochs, initial_epoch=first)
+    if pipeline == "grain" and (resumable or saved):
+        train = grain_pipeline.resumable(train, first,
+                                         saved.get("grain_state"))
 
     def bn_batches(epoch):
         return build(seed + 1, drop_remainder=True,

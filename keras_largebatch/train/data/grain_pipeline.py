@@ -17,6 +17,7 @@ tile the batch with no overlap, and the global batch is the one a single
 process would read.
 """
 
+import collections
 import functools
 
 import numpy as np
@@ -115,3 +116,53 @@ def _readers(spec):
                 np.stack([decode_image(paths[i], size) for i in idx]),
                 eye[y[idx]])
     return reader(x_train, y_train), reader(x_val, y_val)
+
+
+def resumable(train, start_epoch, state=None):
+    """`train` (from `batch`, its epochs from `start_epoch`) whose
+    iterators start at Grain's iterator `state` (None: at its start).
+
+    Keras peeks with iterators of its own and may read a batch ahead of
+    the step it trains (on a GPU), so each iterator keeps Grain's state
+    after each batch it yields; `state_at(n)` is the state after the
+    first `n` batches of the last one, the position to save.
+    """
+    import grain
+
+    class Recording(grain.DatasetIterator):
+        def __init__(self, parent, states):
+            super().__init__(parent)
+            self._states, self._count = states, 0
+            states[0] = parent.get_state()
+
+        def __next__(self):
+            value = next(self._parent)
+            self._count += 1
+            self._states[self._count] = self._parent.get_state()
+            if len(self._states) > 64:
+                self._states.popitem(last=False)
+            return value
+
+        def get_state(self):
+            return self._parent.get_state()
+
+        def set_state(self, new_state):
+            self._parent.set_state(new_state)
+
+    class Resumable(grain.IterDataset):
+        def __init__(self):
+            super().__init__(train)
+            self.start_epoch = start_epoch
+            self._states = collections.OrderedDict()
+
+        def __iter__(self):
+            iterator = self._parent.__iter__()
+            if state is not None:
+                iterator.set_state(state)
+            self._states = collections.OrderedDict()
+            return Recording(iterator, self._states)
+
+        def state_at(self, consumed):
+            return self._states[consumed]
+
+    return Resumable()

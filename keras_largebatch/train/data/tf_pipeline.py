@@ -9,7 +9,7 @@ from keras_largebatch.train.data.spec import epoch_seed
 
 def batch(spec, global_batch_size, augmenter=None, seed=0,
           drop_remainder=False, steps_per_epoch=None, epochs=1,
-          initial_epoch=0):
+          initial_epoch=0, initial_step=0):
     """Shuffles, augments and batches; returns `(train_ds, val_ds)`.
 
     `train_ds` holds the batches of epochs `initial_epoch .. epochs - 1`,
@@ -21,7 +21,9 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
 
     so a run resumed at epoch e reads exactly what an uninterrupted run
     reads there, whatever the thread scheduling and however often the
-    dataset was iterated before (Keras peeks at a batch to build). With
+    dataset was iterated before (Keras peeks at a batch to build);
+    `initial_step` batches of `initial_epoch` are left out, skipped before
+    they are augmented (a run resumed within that epoch). With
     `steps_per_epoch` larger than a pass, passes follow each other, each
     shuffled anew. Data whose decoding is random (`spec.train_for_epoch`)
     is decoded with seeds of `(seed, epoch, pass, example)`.
@@ -37,6 +39,8 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
         data = _shuffled_passes(spec, seed, epoch, passes)
         data = data.batch(global_batch_size, drop_remainder=drop_remainder)
         data = data.take(steps).enumerate()
+        if epoch == initial_epoch and initial_step:
+            data = data.skip(initial_step)
         if augmenter is None:
             return data.map(lambda step, xy: xy)
         return data.map(

@@ -1,0 +1,161 @@
+"""Checkpoints within an epoch (`--checkpoint_every_steps=N`).
+
+A step is an update: an optimizer step, `--gradient_accumulation_steps`
+micro-batches (more once `--adaptive_batch` grows the batch). Every N
+updates into an epoch (not at its end: the epoch's backup is taken
+there), at an update boundary, `StepCheckpoints` writes into `backup/`
+
+    within_epoch_EEE_SSSSSS.weights.h5   the model and the optimizer
+                                         (momentum, loss scale, noise-scale
+                                         statistics, the batch in effect)
+    within_epoch.json                    epoch, step, micro-batches, the
+                                         data position, the adaptive
+                                         batch's pending switch, the
+                                         dropout seed states, the metrics
+
+the weights first, the JSON last (each renamed into place): a run killed
+while writing keeps the previous checkpoint. The data position is Grain's
+iterator state (`grain_pipeline.Resumable`) or, for tf.data, the
+micro-batch to start from (`tf_pipeline.batch`'s `initial_step`). A run
+started again resumes from the newer of this and the epoch backup, says
+`resumed from epoch E, step S` (E counted from 1, as Keras' progress
+shows it; S updates into it), runs the rest of that epoch and goes on;
+its weights at the end are those of an uninterrupted run.
+"""
+
+import glob
+import os
+
+import keras
+import numpy as np
+
+from keras_largebatch._shared import atomic_path
+from keras_largebatch.train import outputs
+from keras_largebatch.train.resume import POINTER
+from keras_largebatch.train.resume import WEIGHTS
+
+
+class StepCheckpoints(keras.callbacks.Callback):
+    """Saves every `every` updates within an epoch; resumes from `restore`.
+
+    Args:
+        every: updates between checkpoints (0: none, only resumes).
+        save_dir: the folder written (`backup/`).
+        steps_per_epoch: batches of `fit` per epoch.
+        restore: the `resume.Position` this run resumes from, or None.
+        data: the `grain_pipeline.Resumable` training data, or None
+            (tf.data: the position is the micro-batch).
+        adaptive: the `AdaptiveBatch` callback, or None.
+        strategy: the TensorFlow strategy, or None (its metrics are
+            per-worker sums, not restored).
+    """
+
+    def __init__(self, every, save_dir, steps_per_epoch, restore=None,
+                 data=None, adaptive=None, strategy=None):
+        super().__init__()
+        self.every = every
+        self.save_dir = save_dir
+        self.steps_per_epoch = steps_per_epoch
+        self.restore = restore
+        self.data = data
+        self.adaptive = adaptive
+        self.strategy = strategy
+        self.step = 0
+        self._consumed = 0
+        self._offset = 0
+
+    def on_train_begin(self, logs=None):
+        position = self.restore
+        if position is None:
+            return
+        model = self.model
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(position.weights)
+        states = outputs.seed_states(model)
+        if len(states) == len(position.seed_states):
+            for state, value in zip(states, position.seed_states):
+                state.assign(value)
+        model._initial_epoch = position.epoch
+        if self.adaptive is not None:
+            self.adaptive.resume_within_epoch(
+                position.pending_accumulation_steps)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch, self.step, self._offset = epoch, 0, 0
+        position, self._cut = self.restore, False
+        if position is None or epoch != position.epoch:
+            return
+        self.step, self._offset = position.step, position.micro_batches
+        self._cut = True
+        variables = self.model.metrics_variables
+        if self.strategy is None and len(variables) == len(position.metrics):
+            for variable, value in zip(variables, position.metrics):
+                variable.assign(np.asarray(value, variable.dtype))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._consumed += 1
+        micro = self._offset + batch + 1
+        if self._cut and micro >= self.steps_per_epoch:
+            self.model.stop_training = True  # The rest of the epoch ran.
+        if not self._at_update_boundary():
+            return
+        self.step += 1
+        if (self.every and self.step % self.every == 0
+                and micro < self.steps_per_epoch):
+            self._save(micro)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._cut:
+            self.model.stop_training = False
+            self._cut = False
+        self.restore = None
+        # The epoch's backup (an earlier callback) is newer now.
+        for path in glob.glob(os.path.join(self.save_dir,
+                                           "within_epoch_*.weights.h5")):
+            os.remove(path)
+
+    def _accumulation(self):
+        if self.adaptive is not None:
+            return self.adaptive.accumulation_steps
+        from keras_largebatch import noise_scale
+
+        optimizer = noise_scale.accumulating_optimizer(self.model.optimizer)
+        return optimizer.gradient_accumulation_steps or 1
+
+    def _at_update_boundary(self):
+        k = self._accumulation()
+        if k == 1:
+            return True
+        from keras_largebatch import noise_scale
+
+        # Keras counts micro-batches; `self.model` syncs JAX's state first.
+        counter = noise_scale.accumulating_optimizer(
+            self.model.optimizer)._iterations
+        return int(keras.ops.convert_to_numpy(counter)) % k == 0
+
+    def _save(self, micro):
+        model = self.model
+        os.makedirs(self.save_dir, exist_ok=True)
+        name = WEIGHTS.format(self._epoch + 1, self.step)
+        with atomic_path(os.path.join(self.save_dir, name)) as tmp:
+            model.save_weights(tmp)
+        data = {}
+        if self.data is not None:
+            data = {"grain_state": self.data.state_at(self._consumed),
+                    "start_epoch": self.data.start_epoch}
+        pending = (self.adaptive.state.pending_accumulation_steps
+                   if self.adaptive is not None else None)
+        outputs.write_json(os.path.join(self.save_dir, POINTER), {
+            "epoch": self._epoch, "step": self.step, "micro_batches": micro,
+            "data": data, "pending_accumulation_steps": pending,
+            "seed_states": [s.numpy().tolist()
+                            for s in outputs.seed_states(model)],
+            "metrics": [np.asarray(v.numpy()).tolist()
+                        for v in model.metrics_variables],
+            "weights": name,
+        })
+        for path in glob.glob(os.path.join(self.save_dir,
+                                           "within_epoch_*.weights.h5")):
+            if os.path.basename(path) != name:
+                os.remove(path)

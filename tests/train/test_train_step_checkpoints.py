@@ -1,0 +1,166 @@
+"""`--checkpoint_every_steps`: a run killed within an epoch, on one process
+and across processes, resumes there and ends with an uninterrupted run's
+weights, bit for bit."""
+
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from keras_largebatch.distribute import localhost
+
+BACKEND = keras.backend.backend()
+HERE = os.path.dirname(__file__)
+SCRIPT = os.path.join(HERE, "small_command.py")  # KILL_AT_EPOCH_STEP ends it
+# Six micro-batches an epoch, a checkpoint every two updates.
+ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",
+        "--steps_per_epoch=6", "--epochs=2", "--augment=crop_flip",
+        "--image_size=67", "--warmup_epochs=0.5", "--verbose=2",
+        "--deterministic", "--checkpoint_every_steps=2"]
+# k0 = 2 micro-batches an update, 4 from epoch 1, 8 from epoch 2 (from 0):
+# ten micro-batches an epoch, so each switch waits two or four of them,
+# and a checkpoint every update lands while one is pending.
+ADAPTIVE = ["--steps_per_epoch=10", "--gradient_accumulation_steps=2",
+            "--adaptive_batch=schedule", "--batch_schedule=1:64,2:128",
+            "--epochs=3", "--max_global_batch_size=128",
+            "--checkpoint_every_steps=1"]
+
+
+def _run(model_dir, extra=(), kill=None):
+    env = dict(os.environ, KERAS_BACKEND=BACKEND)
+    env.pop("KILL_AT_EPOCH_STEP", None)
+    if kill:
+        env["KILL_AT_EPOCH_STEP"] = kill
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, *ARGS, *extra, f"--model_dir={model_dir}"],
+        env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _weights(model_dir):
+    model = keras.saving.load_model(os.path.join(model_dir, "final.keras"))
+    return model.get_weights()
+
+
+def _assert_identical(a, b):
+    for x, y in zip(_weights(a), _weights(b)):
+        np.testing.assert_array_equal(x, y)
+
+
+def _resumed(log):
+    found = re.findall(r"resumed from epoch (\d+), step (\d+)", log)
+    assert len(found) == 1, log[-3000:]
+    return tuple(map(int, found[0]))
+
+
+@pytest.mark.parametrize("extra, kills", [
+    # (epoch, micro-batch) of the kill, both from 0 -> (epoch, step) resumed
+    ((), {"0,2": (1, 2), "1,4": (2, 4)}),
+    (ADAPTIVE, {"1,2": (2, 1), "2,5": (3, 1)}),
+], ids=["fixed_batch", "adaptive_batch"])
+def test_a_run_killed_within_an_epoch_resumes_there_bit_identical(
+        extra, kills, tmp_path):
+    code, log = _run(tmp_path / "whole", extra)
+    assert code == 0, log[-3000:]
+    for i, (kill, at) in enumerate(kills.items()):
+        model_dir = tmp_path / f"killed_{i}"
+        assert _run(model_dir, extra, kill)[0] == 9
+        code, log = _run(model_dir, extra)
+        assert code == 0, log[-3000:]
+        assert _resumed(log) == at
+        _assert_identical(tmp_path / "whole", model_dir)
+
+
+@pytest.mark.parametrize("value", ["-1", "x"])
+def test_a_bad_checkpoint_every_steps_exits_2_with_one_line(
+        value, tmp_path, capsys):
+    from keras_largebatch.train import main
+
+    code = main.main(["keras-largebatch-train",
+                      f"--checkpoint_every_steps={value}",
+                      f"--model_dir={tmp_path}/run"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "checkpoint_every_steps" in err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_checkpoints_within_epochs_refuse_evaluations_within_epochs():
+    from keras_largebatch.train import flags as train_flags
+    from keras_largebatch.train import main
+
+    with pytest.raises(ValueError, match="checkpoint_every_steps=2"):
+        main.parse(["prog", "--model_dir=/tmp/x", "--checkpoint_every_steps=2",
+                    "--evals_per_epoch=2"])
+    assert train_flags.BY_NAME["checkpoint_every_steps"].free
+
+
+def _jax_job(model_dir, kill=None):
+    port = localhost.free_ports(1)[0]
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, KERAS_BACKEND="jax",
+                   XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                   KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}",
+                   KERAS_DISTRIBUTION_NUM_PROCESSES="2",
+                   KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+        env.pop("KILL_AT_EPOCH_STEP", None)
+        if kill and index == 1:
+            env["KILL_AT_EPOCH_STEP"] = kill
+        procs.append(subprocess.Popen(
+            [sys.executable, SCRIPT, "--distribution=data_parallel", *ARGS,
+             "--collective_timeout_seconds=30", f"--model_dir={model_dir}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    try:
+        return [(p.wait(timeout=300), p.stdout.read()) for p in procs]
+    finally:
+        localhost.kill(procs)
+
+
+def _tf_job(model_dir, kill=None):
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    env.pop("TF_CONFIG", None)
+    env.pop("KILL_AT_EPOCH_STEP", None)
+    command = [sys.executable, SCRIPT, "--distribution=multi_worker", *ARGS,
+               "--collective_timeout_seconds=30", f"--model_dir={model_dir}"]
+    logs = [f"{model_dir}_{i}.log" for i in range(2)]
+    if kill:  # Worker 1 only.
+        command1 = ["env", f"KILL_AT_EPOCH_STEP={kill}", *command]
+    procs = localhost.start([command, command1 if kill else command],
+                            logs=logs, env=env)
+    try:
+        codes = [p.wait(timeout=300) for p in procs]
+    finally:
+        localhost.kill(procs)
+    out = []
+    for log in logs:
+        with open(log) as f:
+            out.append(f.read())
+    return list(zip(codes, out))
+
+
+@pytest.mark.skipif(BACKEND not in ("jax", "tensorflow"),
+                    reason="two JAX processes; two TensorFlow workers")
+def test_a_process_killed_within_an_epoch_costs_at_most_the_steps_since(
+        tmp_path):
+    job = _jax_job if BACKEND == "jax" else _tf_job
+    whole = job(tmp_path / "whole")
+    assert all(code == 0 for code, _ in whole), whole[0][1][-3000:]
+    for i, (kill, at) in enumerate({"0,2": (1, 2), "1,4": (2, 4)}.items()):
+        model_dir = tmp_path / f"killed_{i}"
+        killed = job(model_dir, kill)
+        assert killed[0][0] != 0, killed[0][1][-3000:]
+        if BACKEND == "jax":  # Its supervisor reports the training's end.
+            assert killed[1][0] == 1, killed[1][1][-3000:]
+            assert "ended with exit code 9" in killed[1][1]
+        else:
+            assert killed[1][0] == 9, killed[1][1][-3000:]
+        again = job(model_dir)
+        assert all(code == 0 for code, _ in again), again[0][1][-3000:]
+        assert _resumed(again[0][1]) == at
+        _assert_identical(tmp_path / "whole", model_dir)
