@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything on a fresh machine, then runs the whole suite once per
-# Keras backend, then the command, data and optimizer tests on JAX and torch
-# in a second environment without TensorFlow, then the CUDA build job: in a
+# Installs everything on a fresh machine, then runs the suite on each Keras
+# backend: on JAX and torch, the command's and the optimizers' tests in a
+# second environment without TensorFlow (NO_TF_JOB=0: all in the first),
+# then the CUDA build job: in a
 # third environment, TensorFlow's CUDA build and the package built with this
 # machine's nvcc, its library checked for device code and its ops tested on
 # the CPU kernels (skipped, with a message, where there is no nvcc).
@@ -10,6 +11,8 @@
 #   NO_TF_JOB=0 bash tests/run.sh              # without the TF-free job
 #   CUDA_JOB=0 bash tests/run.sh               # without the CUDA build job
 #   CUDA_JOB=only bash tests/run.sh            # the CUDA build job alone
+#   TEST_WORKERS=0 bash tests/run.sh           # one pytest process (default 2,
+#                                              # pytest-xdist, a file per worker)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -18,14 +21,24 @@ CUDA_VENV=.venv-cuda
 CUDA_JOB=${CUDA_JOB:-1}
 main_jobs=1
 [ "$CUDA_JOB" = only ] && main_jobs=0
-# The tests of the command, its data and the optimizers, and the GPU
-# campaign's smoke run (here only); the multi-process
-# ones ran above.
+# Two pytest processes on the suites (most tests wait on the processes they
+# start); a test file stays on one worker, so its fixtures are built once.
+PARALLEL=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+# On JAX and torch, the tests of the command and the optimizers run once,
+# in the environment without TensorFlow (their data is Grain's there and
+# here); the main environment runs, of tests/train, the files that use
+# TensorFlow (tf.data, TFRecords, the TF-free checks) and the multi-process
+# ones. The GPU check's and the study's tests (tests/bench) run once, on JAX
+# without TensorFlow.
+MULTI_PROCESS=(tests/train/test_train_processes.py
+               tests/train/test_train_adaptive_batch.py::test_two_jax_processes_grow_the_batch_as_one_process)
 NO_TF_TESTS=(tests/train tests/optimizers
-             --deselect tests/train/test_train_processes.py
-             --deselect tests/train/test_train_without_tensorflow.py
-             --deselect tests/train/test_train_adaptive_batch.py::test_two_jax_processes_grow_the_batch_as_one_process)
-[ -d tests/bench ] && NO_TF_TESTS+=(tests/bench)
+             --deselect tests/train/test_train_without_tensorflow.py)
+for test in "${MULTI_PROCESS[@]}"; do NO_TF_TESTS+=(--deselect "$test"); done
+MAIN_TESTS=(tests/applications tests/distribute tests/package tests/test_*.py
+            "${MULTI_PROCESS[@]}"
+            $(grep -lE 'importorskip\("tensorflow"\)|import tensorflow|tf_data' \
+              tests/train/test_*.py))
 
 if [ "${1:-}" = "--no-install" ]; then
   shift
@@ -54,10 +67,15 @@ status=0
 if [ "$main_jobs" = 1 ]; then
   for backend in ${BACKENDS:-tensorflow jax torch}; do
     echo "=== KERAS_BACKEND=$backend"
+    selected=(--ignore=tests/bench)
+    if [ "$backend" != tensorflow ] && [ "${NO_TF_JOB:-1}" = 1 ]; then
+      selected=("${MAIN_TESTS[@]}")
+    fi
     # PYTHONSAFEPATH: import the installed package, not ./keras_largebatch
     # (the installed one has applications/ mapped in and the native library).
     KERAS_BACKEND=$backend PYTHONSAFEPATH=1 TF_CPP_MIN_LOG_LEVEL=2 \
-      "$PY" -m pytest -q -p no:cacheprovider --ignore=tests/bench "$@" || status=1
+      "$PY" -m pytest -q -p no:cacheprovider "${PARALLEL[@]}" "${selected[@]}" "$@" \
+      || status=1
   done
 fi
 
@@ -76,9 +94,11 @@ if [ "$main_jobs" = 1 ] && [ "${NO_TF_JOB:-1}" = 1 ]; then
   fi
   for backend in jax torch; do
     echo "=== KERAS_BACKEND=$backend, without TensorFlow"
+    bench=()
+    [ "$backend" = jax ] && [ -d tests/bench ] && bench=(tests/bench)
     KERAS_BACKEND=$backend PYTHONSAFEPATH=1 \
       "$NO_TF_VENV/bin/python" -m pytest -q -p no:cacheprovider \
-      "${NO_TF_TESTS[@]}" "$@" || status=1
+      "${PARALLEL[@]}" "${NO_TF_TESTS[@]}" "${bench[@]}" "$@" || status=1
   done
 fi
 
