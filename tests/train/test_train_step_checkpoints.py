@@ -164,3 +164,45 @@ def test_a_process_killed_within_an_epoch_costs_at_most_the_steps_since(
         assert all(code == 0 for code, _ in again), again[0][1][-3000:]
         assert _resumed(again[0][1]) == at
         _assert_identical(tmp_path / "whole", model_dir)
+
+
+@pytest.mark.parametrize("killed_after", ["weights", "metadata"])
+def test_an_epoch_backup_killed_while_saving_resumes_one_whole_epoch(
+        killed_after, tmp_path, monkeypatch):
+    from keras_largebatch.train import outputs
+
+    def model():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        m.compile(optimizer="sgd", loss="mse")
+        return m
+
+    saved = model()
+    backup = outputs.Backup(str(tmp_path))
+    backup.set_model(saved)
+    backup.on_epoch_end(0)  # Epoch 1 saved whole.
+    first = saved.get_weights()
+    saved.set_weights([w + 1 for w in first])
+    # Epoch 2's save stops after its staged weights, or after the metadata.
+    real = os.replace if killed_after == "metadata" else None
+
+    def kill(*args):
+        raise KeyboardInterrupt
+
+    if killed_after == "weights":
+        monkeypatch.setattr(outputs, "write_json", kill)
+    else:
+        monkeypatch.setattr(os, "replace", lambda a, b: (
+            kill() if os.path.basename(a).startswith("staged_") else real(a, b)))
+    with pytest.raises(KeyboardInterrupt):
+        backup.on_epoch_end(1)
+    monkeypatch.undo()
+
+    restored = model()
+    again = outputs.Backup(str(tmp_path))
+    again.set_model(restored)
+    again.on_train_begin()
+    epoch, weights = ((1, first) if killed_after == "weights"
+                      else (2, [w + 1 for w in first]))
+    assert restored._initial_epoch == epoch
+    for a, b in zip(restored.get_weights(), weights):
+        np.testing.assert_array_equal(a, b)
