@@ -288,12 +288,11 @@ class Backup(keras.callbacks.BackupAndRestore):
     rename the metadata names and a kill left undone. So a run killed
     anywhere in a save resumes from the epoch before it or the one it
     saved, never from one's weights with the other's count. The metadata
-    also holds the
-    state of every `SeedGenerator` in the model (dropout), which weights
-    files leave out, so that a resumed run draws the masks an uninterrupted
-    run would draw. With `save_dir`, it restores from `backup_dir` and
-    saves into `save_dir` (the processes of a JAX job other than the
-    chief: saving is collective, the chief's copy is the one kept).
+    also holds the state of every `SeedGenerator` in the model (dropout),
+    which weights files leave out, so that a resumed run draws the masks an
+    uninterrupted run would draw. With `save_dir`, it restores from
+    `backup_dir` and saves into `save_dir` (the processes of a JAX job other
+    than the chief: saving is collective, the chief's copy is the one kept).
     """
 
     def __init__(self, backup_dir, save_dir=None):
