@@ -77,7 +77,9 @@ def child(argv):
             return fit(self, *args, callbacks=[*callbacks, kill], **kwargs)
 
         keras.Model.fit = fit_and_kill
-    main.run(["keras-largebatch-train", *argv])
+    # As its own argv: a supervised JAX process runs this script again.
+    sys.argv = [sys.argv[0], *argv]
+    main.run()
 
 
 def job(setup, model_dir, kill=None):
@@ -166,8 +168,8 @@ def report(record):
                         f"{len(kills)} | "
                         f"{sum(r['identical'] for r in kills)} | "
                         f"{max(lost, default='-')} | "
-                        f"{statistics.median(lost) if lost else '-'} | "
-                        f"{statistics.median(r['seconds'] for r in kills)} |")
+                        f"{f'{statistics.median(lost):g}' if lost else '-'} | "
+                        f"{statistics.median(r['seconds'] for r in kills):.0f} |")
     return (f"# Kill campaign\n\n`{record['command']}` "
             f"({record['date']}); a checkpoint every {EVERY} updates "
             "(`--checkpoint_every_steps`), so a kill may lose at most "
@@ -179,12 +181,14 @@ def main():
     for name, default in (("kills", 10), ("seed", 0)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--setups", default=",".join(SETUPS))
+    parser.add_argument("--record", default=RESULTS,
+                        help="writes RECORD.json and RECORD.md (resumed from)")
     parser.add_argument("--work", default=os.path.join(
         tempfile.gettempdir(), "kill_campaign"))
     args = parser.parse_args()
     record = {"kills": []}
-    if os.path.exists(RESULTS + ".json"):
-        with open(RESULTS + ".json") as f:
+    if os.path.exists(args.record + ".json"):
+        with open(args.record + ".json") as f:
             record = json.load(f)
     record.update(date=machine().rsplit(", ", 1)[-1],
                   command="python bench/kill_campaign.py " + " ".join(
@@ -205,10 +209,11 @@ def main():
             result = one_kill(setup, index, args.seed, args.work)
             print(json.dumps(result), flush=True)
             record["kills"].append(result)
-            os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+            os.makedirs(os.path.dirname(os.path.abspath(args.record)),
+                        exist_ok=True)
             for suffix, text in ((".json", json.dumps(record, indent=1)),
                                  (".md", report(record))):
-                with open(RESULTS + suffix, "w") as f:
+                with open(args.record + suffix, "w") as f:
                     f.write(text)
     print(report(record))
 
