@@ -4,9 +4,7 @@ Parts, in order of value: compiled (the torch step `jit_compile=True`
 compiles), a (ResNet-50 training images/s), b (optimizer-step times), cuda
 (the fusion kernels' device test) and c (a study plan run by the study's
 runner). Each finished item is kept in `<out>.json` and skipped by a rerun.
-The parts, how to prepare, run and rehearse it: bench/README.md. This file
-parses the arguments and runs the parts; `gpu_campaign_runner.py` holds the
-workers, budget and record, `gpu_campaign_parts.py` the parts' tasks.
+The parts, the files, how to prepare, run and rehearse it: bench/README.md.
 """
 
 import argparse
@@ -17,20 +15,16 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-if HERE not in sys.path:  # Imported by its path rather than run.
-    sys.path.append(HERE)
-
 sys.path.insert(0, os.path.join(HERE, "study"))
 # The plans import the package, hence Keras: on JAX (this machine may have
 # no TensorFlow), as `main` has it.
 os.environ.setdefault("KERAS_BACKEND", "jax")
 import gpu_campaign_parts as parts  # noqa: E402
-import gpu_campaign_runner as runner  # noqa: E402
 import plans  # noqa: E402
 import runner as study_runner  # noqa: E402
 from gpu_campaign_prepare import prepare  # noqa: E402
 from gpu_campaign_report import markdown  # noqa: E402
-from gpu_campaign_runner import Campaign, Deadline, Worker  # noqa: E402
+from gpu_campaign_runner import Campaign, Deadline, Worker, child  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "gpu_campaign")
 PARTS = ("compiled", "a", "b", "cuda", "c")
@@ -64,7 +58,7 @@ def parse_args(argv=None):
                    help="Fashion-MNIST's folder (default: where the training "
                         "command looks)")
     p.add_argument("--study_workers", type=int, default=0,
-                   help="processes sharing the GPU in part c (default 8; 2 "
+                   help="processes sharing the GPU in part c (default 12; 2 "
                         "with --smoke)")
     p.add_argument("--study_plan", default="",
                    help="the plan part c runs (bench/study/plans.py; default "
@@ -80,20 +74,16 @@ def parse_args(argv=None):
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
-    def listed(flag, value, allowed, valid):
-        names = [x.strip() for x in value.split(",") if x.strip()]
-        for name in names:
-            if name not in allowed:
-                p.error(f"--{flag}: each {flag[:-1]} must be {valid}. "
-                        f"Received: {name}")
-        return names
+    for flag, allowed in (("parts", PARTS), ("backends", ("jax", "torch"))):
+        names = [x.strip() for x in getattr(args, flag).split(",") if x.strip()]
+        for name in [n for n in names if n not in allowed]:
+            p.error(f"--{flag}: each {flag[:-1]} must be one of "
+                    f"{', '.join(allowed)}. Received: {name}")
+        setattr(args, flag, names)
 
-    args.parts = listed("parts", args.parts, PARTS, "one of " + ", ".join(PARTS))
-    args.backends = listed("backends", args.backends, ("jax", "torch"),
-                           "jax or torch")
     if args.study_workers < 0:
         p.error(f"--study_workers must be >= 0. Received: {args.study_workers}")
-    args.study_workers = args.study_workers or (2 if args.smoke else 8)
+    args.study_workers = args.study_workers or (2 if args.smoke else 12)
     args.study_plan = args.study_plan or ("smoke" if args.smoke else "depth")
     if args.budget_seconds is None:
         args.budget_seconds = 0 if args.smoke else 420
@@ -176,7 +166,7 @@ def run_c(campaign):
 def main(argv=None):
     args = parse_args(argv)
     if args.child:
-        return runner.child(parts.TASKS)
+        return child(parts.TASKS)
     # This process imports Keras for helpers only: on JAX's CPU platform, so
     # that it never takes GPU memory from its workers, which start from the
     # environment as it was.

@@ -64,19 +64,12 @@ def prepare(folder):
           f"carry [\"{rel}\"]; each call resumes from "
           "bench/results/gpu_campaign.json: copy the call's gpu_campaign.json,"
           " .md and _study.md into bench/results/ before the next):\n")
-    print(device_command(rel))
-
-
-def device_command(folder):
-    """The device command: install the wheels, run the campaign (its
-    default budget), bring back its record and report."""
-    install = (
-        "python3 -m pip install -q --no-index --no-deps --no-compile "
-        "--no-cache-dir --upgrade --target /tmp/site "
-        f"{folder}/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD "
-        "PYTHONUNBUFFERED=1 || exit;")
-    run = (f"python3 bench/gpu_campaign.py --data_dir {folder}/fashion-mnist "
-           f"--eigen {folder}/eigen.tar.gz 2>&1 | tee $OUT/campaign.log;")
-    back = ("cp bench/results/gpu_campaign* bench/results/lars_depth_study.json"
-            " $OUT/ 2>/dev/null")
-    return f"{install} {run} {back}"
+    # Install the wheels, run the campaign (its default budget), bring back
+    # its record and report.
+    print("python3 -m pip install -q --no-index --no-deps --no-compile "
+          f"--no-cache-dir --upgrade --target /tmp/site {rel}/wheels/*.whl && "
+          "export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit; "
+          f"python3 bench/gpu_campaign.py --data_dir {rel}/fashion-mnist "
+          f"--eigen {rel}/eigen.tar.gz 2>&1 | tee $OUT/campaign.log; "
+          "cp bench/results/gpu_campaign* bench/results/lars_depth_study.json"
+          " $OUT/ 2>/dev/null")

@@ -89,10 +89,6 @@ class Deadline(Exception):
     """The budget ran out; finished items are saved."""
 
 
-class ItemTimeout(Exception):
-    """An item ran past the time its part allows each item."""
-
-
 class Campaign:
     """The JSON record, the budget and the workers of one invocation."""
 
@@ -132,7 +128,7 @@ class Campaign:
 
     def wait(self, until=float("inf")):
         """The next line of any worker; `Deadline` at the budget's end, or
-        `ItemTimeout` at `until` (a time.time()) if that comes first."""
+        None at `until` (a time.time()) if that comes first."""
         left = min(self.left(), until - time.time())
         try:
             return self.results.get(
@@ -140,7 +136,7 @@ class Campaign:
         except queue.Empty:
             if self.left() <= 0:
                 raise Deadline from None
-            raise ItemTimeout from None
+            return None
 
     def installed(self, part, backend, count):
         """Whether `backend`'s package is here; if not, says so once and
@@ -185,19 +181,17 @@ class Campaign:
                 until = start + item_seconds if item_seconds else float("inf")
                 worker.send(dict(item, part=part, settings=settings))
                 while True:
-                    try:
-                        got, tag, value = self.wait(until)
-                    except ItemTimeout:
-                        got, tag, value = worker, "TIMEOUT", (
-                            f"did not finish within {item_seconds:g} s")
+                    got, tag, value = self.wait(until) or (
+                        worker, "TIMEOUT",
+                        f"did not finish within {item_seconds:g} s")
                     if got is not worker:
                         continue
                     if tag == "RESULT":
+                        took = time.time() - start
                         seconds[item["backend"]] = max(
-                            seconds.get(item["backend"], 0), time.time() - start)
+                            seconds.get(item["backend"], 0), took)
                         done[item["key"]] = dict(
-                            value, seconds=round(time.time() - start, 1),
-                            finished=now())
+                            value, seconds=round(took, 1), finished=now())
                         self.save()
                         print(f"{part} {item['key']}: {report.brief(value)}",
                               flush=True)
@@ -219,24 +213,20 @@ class Campaign:
         return all(i["key"] in done or i["key"] in failed for i in todo)
 
     def start(self, backend):
-        """A new worker, once it is ready (other workers' lines are kept)."""
-        worker, others = Worker(backend, self.results, self.log_path), []
-        try:
-            while True:
-                got, tag, value = self.wait()
-                if got is not worker:
-                    others.append((got, tag, value))
-                elif tag == "READY":
-                    # A campaign on a CPU would spend its budget measuring
-                    # nothing: only the smoke may run there.
-                    if not self.args.smoke and value["device"].startswith("cpu"):
-                        worker.stop()
-                        sys.exit(f"{backend} sees no GPU ({value['device']});"
-                                 " the campaign needs one (or --smoke)")
-                    return worker
-                else:
-                    sys.exit(f"a {backend} worker ended ({tag}) before "
-                             f"starting; see {self.log_path}")
-        finally:
-            for line in others:
-                self.results.put(line)
+        """A new worker, once it is ready. It is the only one running: the
+        lines of workers stopped before it are dropped."""
+        worker = Worker(backend, self.results, self.log_path)
+        while True:
+            got, tag, value = self.wait()
+            if got is not worker:
+                continue
+            if tag != "READY":
+                sys.exit(f"a {backend} worker ended ({tag}) before "
+                         f"starting; see {self.log_path}")
+            # A campaign on a CPU would spend its budget measuring nothing:
+            # only the smoke may run there.
+            if not self.args.smoke and value["device"].startswith("cpu"):
+                worker.stop()
+                sys.exit(f"{backend} sees no GPU ({value['device']}); the "
+                         "campaign needs one (or --smoke)")
+            return worker

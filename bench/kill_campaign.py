@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from keras_largebatch._shared import atomic_write
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "study"))
 from runner import machine  # noqa: E402  The study's one machine stamp.
@@ -94,11 +96,11 @@ def job(setup, model_dir, kill=None):
     env["KERAS_BACKEND"] = backend
     ports = localhost.free_ports(count)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    envs, logs = [], [tempfile.TemporaryFile("w+") for _ in range(count)]
+    if backend == "jax":
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    running, logs = [], [tempfile.TemporaryFile("w+") for _ in range(count)]
     for index in range(count):
         own = dict(env)
-        if backend == "jax":
-            own["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
         if backend == "jax" and count > 1:
             own.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=cluster["worker"][0],
                        KERAS_DISTRIBUTION_NUM_PROCESSES=str(count),
@@ -108,10 +110,8 @@ def job(setup, model_dir, kill=None):
                 "type": "worker", "index": index}})
         if kill and index == count - 1:
             own["KILL_AT"] = kill
-        envs.append(own)
-    running = [subprocess.Popen(command, env=own, stdout=log,
-                                stderr=subprocess.STDOUT)
-               for own, log in zip(envs, logs)]
+        running.append(subprocess.Popen(command, env=own, stdout=logs[index],
+                                        stderr=subprocess.STDOUT))
     try:
         codes = [p.wait(timeout=900) for p in running]
     finally:
@@ -213,8 +213,7 @@ def main():
                         exist_ok=True)
             for suffix, text in ((".json", json.dumps(record, indent=1)),
                                  (".md", report(record))):
-                with open(args.record + suffix, "w") as f:
-                    f.write(text)
+                atomic_write(args.record + suffix, text)
     print(report(record))
 
 

@@ -71,16 +71,14 @@ def main(argv=None):
         p.error(f"--budget must be >= 0. Received: {args.budget}")
     plan = plans.PLANS[args.plan]
     path = os.path.join(args.results, plan.record + ".json")
-    work_dir = os.path.join(args.work_dir, plan.name)
-    while True:
-        specs = [s for s in plan.all_specs(runner.load(path))
-                 if args.only in runner.run_key(s)]
-        finished = runner.run(specs, path, work_dir, args.workers, args.budget,
-                              args.data_dir, log=lambda m: print(m, flush=True))
-        # A plan's later runs (`then`) may wait on the ones just finished.
-        if not finished or args.budget:
-            return 0
 
+    def specs(runs):
+        return [s for s in plan.all_specs(runs) if args.only in runner.run_key(s)]
+
+    runner.run(specs, path, os.path.join(args.work_dir, plan.name),
+               args.workers, args.budget, args.data_dir,
+               log=lambda m: print(m, flush=True))
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -39,22 +39,14 @@ def _launch(n, mode, args, timeout=900):
         [[sys.executable, __file__, "--mode", mode,
           "--args", json.dumps(dict(args, out=out))] for out in outs],
         timeout, env=env)
-    for code in codes:
-        if code:
-            raise RuntimeError(f"worker failed: {code}")
+    if any(codes):
+        raise RuntimeError(f"worker failed: {codes}")
     return [json.load(open(o)) for o in outs]
 
 
 def _slowest_ms(per_worker):
     """The median over runs of the slowest worker's seconds, in ms."""
     return round(1000 * statistics.median(map(max, zip(*per_worker))), 1)
-
-
-def _resnet50_shapes():
-    import keras
-
-    model = keras.applications.ResNet50(weights=None)
-    return [tuple(v.shape) for v in model.trainable_variables]
 
 
 def worker_allreduce(args):
@@ -202,11 +194,15 @@ def main():
     if flags.mode == "step":
         return worker_step(json.loads(flags.args))
 
-    shapes = _resnet50_shapes()
-    mb = sum(int(__import__("numpy").prod(s)) for s in shapes) * 4 / 2**20
+    import keras
+    import numpy as np
+
     from keras_largebatch import distribute
     from keras_largebatch.distribute import native
 
+    model = keras.applications.ResNet50(weights=None)
+    shapes = [tuple(v.shape) for v in model.trainable_variables]
+    mb = sum(int(np.prod(s)) for s in shapes) * 4 / 2**20
     result = {
         "machine": f"{platform.processor() or platform.machine()}, "
                    f"{os.cpu_count()} CPU cores, no GPU, loopback gRPC",
@@ -222,8 +218,7 @@ def main():
     }
     for n in [] if flags.skip_allreduce else flags.workers:
         outs = _launch(n, "allreduce", {
-            "shapes": shapes, "runs": flags.runs, "methods": flags.methods,
-            "fusion_mb": flags.fusion_mb})
+            "shapes": shapes, "runs": flags.runs, "methods": flags.methods})
         result["allreduce_ms"][n] = {
             m: _slowest_ms([o["times"][m] for o in outs])
             for m in flags.methods}

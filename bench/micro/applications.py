@@ -34,24 +34,6 @@ LABELS = {
 }
 
 
-def _args():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backend", default="jax",
-                   choices=["jax", "tensorflow", "torch"])
-    p.add_argument("--size", type=int, default=64)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--precision", default="float32",
-                   choices=["float32", "mixed_float16", "mixed_bfloat16"])
-    p.add_argument("--configs", default=",".join(CONFIGS),
-                   help="comma-separated subset of: " + ", ".join(CONFIGS))
-    p.add_argument("--out", default=os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-        "applications.json"))
-    return p.parse_args()
-
-
 def build_model(name, size, classes=1000):
     """The ResNet-50 of `CONFIGS[name]` for `size` x `size` images
     (`"cifar8"`: the package's ResNet-8 of width 4, for smoke runs)."""
@@ -133,7 +115,21 @@ def device_name(backend):
 
 
 def main():
-    args = _args()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="jax",
+                   choices=["jax", "tensorflow", "torch"])
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--precision", default="float32",
+                   choices=["float32", "mixed_float16", "mixed_bfloat16"])
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help="comma-separated subset of: " + ", ".join(CONFIGS))
+    p.add_argument("--out", default=os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
+        "applications.json"))
+    args = p.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     import keras
 

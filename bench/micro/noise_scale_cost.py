@@ -128,10 +128,7 @@ def main():
     for backend in args.backends:
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", f"--steps={args.steps}",
-             f"--warmup={args.warmup}", f"--repeats={args.repeats}",
-             "--intervals", *map(str, args.intervals),
-             "--models", *args.models],
+            [sys.executable, __file__, "--child", *sys.argv[1:]],
             env=env, capture_output=True, text=True, check=True)
         results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
     print("| backend | model | params | step ms | every | with GNS ms | "

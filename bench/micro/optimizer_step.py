@@ -192,16 +192,12 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--output", default=RESULTS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--optimizers", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child:
-        only = args.optimizers.split(",") if args.optimizers else None
-        backend, results = measure_backend(args.steps, only)
+        backend, results = measure_backend(args.steps)
         print("RESULT " + json.dumps({backend: results}))
         return
-    if args.optimizers:
-        sys.exit("`--optimizers` is for one child process; run with --child.")
 
     load_at_start = os.getloadavg()
     table = {}

@@ -125,9 +125,7 @@ def normalise(runs):
 
 
 def analyse(runs, b0=SMALL, tolerance=TOLERANCE):
-    """{epoch_at: summary}: each batch's loss after the epoch above the
-    small batch's and the critical batch, efficiencies, the fitted B_noise,
-    B_simple and the defaults' batch from it (module docstring)."""
+    """{epoch_at: summary}: the numbers of the module docstring."""
     probes, out = normalise(runs), {}
     for epoch in sorted({p["epoch_at"] for p in probes}):
         here = [p for p in probes if p["epoch_at"] == epoch]
@@ -171,9 +169,7 @@ def analyse(runs, b0=SMALL, tolerance=TOLERANCE):
 
 
 def markdown(runs):
-    """The probes' tables: the loss above the small batch's and the
-    critical batch; the efficiencies, B_noise, B_simple and the defaults'
-    batch."""
+    """The two tables of `analyse`'s numbers."""
     summary = analyse(runs)
     lines = [
         "", "## The critical batch: branched probes and B_simple", "",

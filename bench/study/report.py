@@ -17,6 +17,8 @@ import runner
 import stats
 
 TARGETS = (0.88, 0.89, 0.90, 0.905)
+# ResNet-20 w16 gets further: LARS at depth is read at these.
+DEPTH_TARGETS = (0.90, 0.92, 0.93)
 RECORDS = ("batch_scaling_study", "large_batch_study", "lars_depth_study")
 # Records of retired studies, listed run by run with the `SHOWN` fields
 # they have.
@@ -50,9 +52,9 @@ def config(r):
             r.get("variant"))
 
 
-def arm(runs, name, **where):
+def arm(runs, name, targets=TARGETS, **where):
     """The `stats.Arm` of the runs matching `where` (a field's value; `seeds`
-    a collection; `rate` to 6 digits)."""
+    a collection; `rate` to 6 digits), with their updates to `targets`."""
     seeds = where.pop("seeds", None)
     chosen = [r for r in runs if (seeds is None or r["seed"] in seeds)
               and all(round(r.get(k), 6) == round(v, 6) if k == "rate"
@@ -64,7 +66,7 @@ def arm(runs, name, **where):
         seeds=tuple(r["seed"] for r in chosen),
         final=tuple(r["val_accuracy"] for r in chosen),
         updates_to={t: tuple(stats.updates_to(plans.points(r), t) for r in chosen)
-                    for t in TARGETS})
+                    for t in targets})
 
 
 def front(runs, machine, target, epochs=24, optimizer="sgd", choose=range(10)):
@@ -220,7 +222,7 @@ def pools(runs):
     return out
 
 
-def finding_lines(found, brief=False):
+def finding_lines(found, brief=False, targets=TARGETS):
     """Each finding: the claim, machine, n per arm, the accuracy difference
     and, per target either arm reaches, the reach shares, the medians and
     the ratio with their intervals and verdicts; `brief`: one line, the
@@ -234,7 +236,7 @@ def finding_lines(found, brief=False):
                 f" difference {_interval(acc['diff'], acc['low'], acc['high'], 4)}"
                 f" **{acc['verdict']}**")
         per = []
-        for t in TARGETS:
+        for t in targets:
             x = res["targets"][t]
             if not (x["a_reached"] or x["b_reached"]) or (brief and t != 0.90):
                 continue
@@ -328,6 +330,68 @@ def speed_lines(results=runner.RESULTS):
         for (m, b), v in sorted(rows.items())]
 
 
+def depth_lines(runs):
+    """LARS at depth (`plans.DEPTH`, `DEPTH_REDUCED`), per machine kind and
+    budget: each optimizer and batch's sweep on the choosing seed (final
+    accuracy and training loss, updates to `DEPTH_TARGETS`), its best rate
+    marked (and said when it lies at the grid's edge: the sweep did not
+    bracket it); then LARSMixed and LAMBMixed against SGD at their best
+    rates on the measuring seeds, or that those have not run."""
+    deep = [r for r in runs if r.get("workload") == "resnet20_w16"]
+    lines = []
+    for machine, epochs in sorted({(r["kind_of_machine"], r["epochs"])
+                                   for r in deep}):
+        here = [r for r in deep if r["kind_of_machine"] == machine
+                and r["epochs"] == epochs]
+        batches = sorted({r["batch"] for r in here})
+        lines += ["", f"### {machine}, {epochs} epochs: each rate on seed "
+                  f"{', '.join(map(str, plans.DEPTH_CHOOSE))}", "",
+                  "| optimizer | batch | rate | final val acc | final train "
+                  "loss | " + " | ".join(f"updates to {t}" for t in
+                                         DEPTH_TARGETS) + " | |",
+                  "|" + "---|" * (6 + len(DEPTH_TARGETS))]
+        best = {}
+        for o in plans.DEPTH_OPTIMIZERS:
+            for b in batches:
+                swept = sorted((r for r in here if r["optimizer"] == o
+                                and r["batch"] == b
+                                and r["seed"] in plans.DEPTH_CHOOSE),
+                               key=lambda r: r["rate"])
+                if not swept:
+                    continue
+                best[o, b] = plans.best_rate(swept, 0.90)
+                edge = round(swept[0]["rate"], 9), round(swept[-1]["rate"], 9)
+                for r in swept:
+                    mark = ("best" + (", at the grid's edge" if best[o, b] in edge
+                                      else "")
+                            if round(r["rate"], 9) == best[o, b] else "")
+                    lines.append(
+                        f"| {o} | {b:,} | {r['rate']:.4g} | "
+                        f"{r['val_accuracy']:.4f} | "
+                        f"{r['train_loss_per_epoch'][-1]:.3f} | " + " | ".join(
+                            _fmt(stats.updates_to(plans.points(r), t))
+                            for t in DEPTH_TARGETS) + f" | {mark} |")
+        lines += ["", "LARSMixed and LAMBMixed against SGD, each at its best "
+                  f"rate, on seeds {', '.join(map(str, plans.DEPTH_MEASURE))}:",
+                  ""]
+        for b in batches:
+            sgd = arm(here, "SGD", DEPTH_TARGETS, optimizer="sgd", batch=b,
+                      rate=best.get(("sgd", b), -1), seeds=plans.DEPTH_MEASURE)
+            for o in ("lars_mixed", "lamb_mixed"):
+                other = arm(here, o, DEPTH_TARGETS, optimizer=o, batch=b,
+                            rate=best.get((o, b), -1), seeds=plans.DEPTH_MEASURE)
+                if min(len(other.seeds), len(sgd.seeds)) < 2:
+                    lines.append(f"- {o} against SGD at {b:,}: not run yet "
+                                 f"(n = {len(other.seeds)} and {len(sgd.seeds)})")
+                    continue
+                lines += finding_lines([dict(
+                    claim=f"{o} against SGD at {b:,}", machine=machine,
+                    chosen_on=f"seed {plans.DEPTH_CHOOSE[0]}",
+                    result=stats.compare(other, sgd, DEPTH_TARGETS))],
+                    targets=DEPTH_TARGETS)
+    return lines
+
+
 def write(results=runner.RESULTS):
     runs = load_all(results)
     found = [f for c in COMPARISONS for f in comparison(runs, *c)]
@@ -347,6 +411,8 @@ def write(results=runner.RESULTS):
               "(seeds 0-9, per machine kind)", ""] + front_lines(runs)
     lines += ["", "## The grown batch's trade-off (24 epochs, SGD; a variant's "
               "flags in `bench/study/plans.py`, `GROWN`)", ""] + tradeoff_lines(runs)
+    lines += ["", "## LARS at depth (ResNet-20 w16, `depth` / "
+              "`depth_reduced`)"] + depth_lines(runs)
     lines += ["", "## Every configuration (median updates with a bootstrap "
               "95% interval; seeds reaching the target)", ""]
     lines += config_table(runs)

@@ -193,18 +193,27 @@ def save(path, runs, **about):
 def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
         log=print):
     """Runs the specs not yet in the record, `workers` processes at a time,
-    in order. With `budget` (seconds) no run starts after it has passed and
-    runs still going at its end are stopped (their epoch checkpoints let a
-    rerun resume them). A failed run is logged with its stderr's last line
-    and left out. Returns the runs finished by this call."""
-    runs = load(record_path)
-    done = {run_key(r) for r in runs}
-    todo = [s for s in specs if run_key(s) not in done]
+    in order. `specs` is a list, or a function of the record's runs
+    returning one (a plan's `all_specs`): asked again after each finished
+    run, so that runs waiting on others (a sweep's best rate) start as soon
+    as they can. With `budget` (seconds) no run starts after it has passed
+    and runs still going at its end are stopped (their epoch checkpoints
+    let a rerun resume them). A failed run is logged with its stderr's last
+    line and not started again by this call. Returns the runs finished by
+    this call."""
+    plan = specs if callable(specs) else (lambda runs: specs)
     deadline = time.monotonic() + budget if budget else float("inf")
-    busy, finished = {}, []
-    while todo or busy:
-        while todo and len(busy) < workers and time.monotonic() < deadline:
-            spec = todo.pop(0)
+    busy, finished, tried = {}, [], set()
+
+    def todo():
+        done = {run_key(r) for r in load(record_path)} | tried
+        return [s for s in plan(load(record_path)) if run_key(s) not in done]
+
+    waiting = todo()
+    while waiting or busy:
+        while waiting and len(busy) < workers and time.monotonic() < deadline:
+            spec = waiting.pop(0)
+            tried.add(run_key(spec))
             directory = model_dir(spec, work_dir)
             os.makedirs(directory, exist_ok=True)
             err = open(os.path.join(directory, "stderr.txt"), "w")
@@ -215,8 +224,8 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 stdout=subprocess.DEVNULL, stderr=err, env=env)
             busy[proc] = (spec, time.monotonic(), err)
             log(f"start {run_key(spec)}")
-        if not todo or time.monotonic() >= deadline:
-            todo = []
+        if time.monotonic() >= deadline:
+            waiting = []
         time.sleep(1)
         for proc in list(busy):
             spec, started, err = busy[proc]
@@ -240,4 +249,6 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
             save(record_path, runs, updated=datetime.date.today().isoformat())
             finished.append(record)
             log(f"done {key}: val {record['val_accuracy']:.4f}")
+            if time.monotonic() < deadline:
+                waiting = todo()
     return finished

@@ -48,11 +48,9 @@ class Arm:
     updates_to: dict  # target -> tuple of updates (None: never)
 
     def __post_init__(self):
-        seen = set()
-        for seed in self.seeds:
-            if seed in seen:
+        for i, seed in enumerate(self.seeds):
+            if seed in self.seeds[:i]:
                 raise ValueError(f"arm `{self.name}` counts seed {seed} twice")
-            seen.add(seed)
         if len(self.final) != len(self.seeds) or any(
                 len(v) != len(self.seeds) for v in self.updates_to.values()):
             raise ValueError(f"arm `{self.name}`: {len(self.seeds)} seeds but "
@@ -83,9 +81,8 @@ def bootstrap_median(values, draws=20000, rng_seed=0, level=0.95):
 
 def _ratio(a, b):
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(np.isinf(a) & np.isinf(b), np.nan,
-                     np.where(np.isinf(b), 0.0, a / b))
-    return r
+        return np.where(np.isinf(a) & np.isinf(b), np.nan,
+                        np.where(np.isinf(b), 0.0, a / b))
 
 
 def ratio_of_medians(a_values, b_values, draws=20000, rng_seed=0, level=0.95):

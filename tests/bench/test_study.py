@@ -106,12 +106,71 @@ def test_the_best_rate_is_the_fewest_updates_then_the_higher_accuracy():
     # never, broken by the final accuracy.
     assert plans.best_rate(runs, 0.91) == 0.4
     # The depth plan measures the best rate of seed 100 on seeds 101-103.
-    swept = [dict(r, optimizer=o, batch=b) for o in plans.DEPTH_OPTIMIZERS
+    swept = [dict(r, optimizer=o, batch=b, epochs=plans.DEPTH_EPOCHS)
+             for o in plans.DEPTH_OPTIMIZERS
              for b in plans.DEPTH_BATCHES for r in runs + [
                  _run(3.2, 100, 0.5, [(100, 0.5)])]]
     follow = list(plans.DEPTH.then(swept))
     assert {(s["rate"], s["seed"]) for s in follow} == {
         (0.8, 101), (0.8, 102), (0.8, 103)}
+
+
+def test_a_best_rate_at_the_sweeps_edge_extends_it_before_measuring():
+    def sweep(rates, best):
+        return [dict(_run(r, 100, 0.93 if r == best else 0.90,
+                          [(100, 0.91 if r == best else 0.85)]),
+                     epochs=plans.DEPTH_EPOCHS, optimizer="lamb_mixed",
+                     batch=4096) for r in rates]
+
+    grid = plans.depth_rates("lamb_mixed", 4096)
+    # The lowest rate best: half of it on the choosing seed, nothing measured.
+    follow = list(plans.DEPTH.then(sweep(grid, grid[0])))
+    assert [s["seed"] for s in follow] == [100]
+    assert follow[0]["rate"] == pytest.approx(grid[0] / 2)
+    # The extended rate best again: half again; the highest best: double it.
+    lower = [grid[0] / 2] + grid
+    assert [s["rate"] for s in plans.DEPTH.then(sweep(lower, lower[0]))] \
+        == pytest.approx([grid[0] / 4])
+    assert [s["rate"] for s in plans.DEPTH.then(sweep(grid, grid[-1]))] \
+        == pytest.approx([grid[-1] * 2])
+    # Bracketed: the best measured on the measuring seeds.
+    follow = list(plans.DEPTH.then(sweep(lower, grid[0])))
+    assert [s["seed"] for s in follow] == list(plans.DEPTH_MEASURE)
+    assert [s["rate"] for s in follow] == pytest.approx([grid[0]] * 3)
+    # At most DEPTH_EXTEND rates beyond the grid: then measured as it is.
+    far = [grid[0] / 2 ** k for k in range(plans.DEPTH_EXTEND, 0, -1)] + grid
+    assert {s["seed"] for s in plans.DEPTH.then(sweep(far, far[0]))} == set(
+        plans.DEPTH_MEASURE)
+
+
+def test_runs_waiting_on_others_start_in_the_same_call(tmp_path, monkeypatch):
+    """The runner asks the plan again after each finished run: the run it
+    then gives starts in the same call (here a stand-in for the command
+    that writes what `collect` reads)."""
+    fake = (
+        "import json, os, sys\n"
+        "d = [a.split('=', 1)[1] for a in sys.argv if a.startswith('--model_dir=')][0]\n"
+        "json.dump(dict(val_accuracy=0.5, num_train=10, backend='jax'),"
+        " open(os.path.join(d, 'summary.json'), 'w'))\n"
+        "open(os.path.join(d, 'history.csv'), 'w').write("
+        "'val_accuracy,val_loss,loss,images_per_sec\\n0.5,1,1,10\\n')\n")
+    monkeypatch.setattr(runner, "train_command",
+                        lambda argv: [sys.executable, "-c", fake, *argv])
+    first = plans.fixed(32, 0.1, [0], epochs=1)[0]
+    second = plans.fixed(32, 0.2, [0], epochs=1)[0]
+
+    def plan(runs):
+        done = {runner.run_key(r) for r in runs}
+        return [first] + ([second] if runner.run_key(first) in done else [])
+
+    log = []
+    record = str(tmp_path / "record.json")
+    finished = runner.run(plan, record, str(tmp_path / "runs"), workers=2,
+                          log=log.append)
+    assert [runner.run_key(r) for r in finished] == [
+        runner.run_key(first), runner.run_key(second)]
+    assert [m.split()[0] for m in log] == ["start", "done", "start", "done"]
+    assert runner.run(plan, record, str(tmp_path / "runs"), log=log.append) == []
 
 
 def _arm_runs(kind, values, machine):
