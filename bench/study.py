@@ -8,8 +8,10 @@
 
 `run` starts the plan's runs not yet in its record (`bench/results/
 <record>.json`), `--workers` processes at a time, none after `--budget`
-seconds; a rerun skips the finished runs and resumes a stopped one from
-its last epoch checkpoint. The plans: `bench/study/plans.py`.
+seconds; runs that wait on others (a sweep's best rate on new seeds) start
+in the same call once those are recorded; a rerun skips the finished runs
+and resumes a stopped one from its last epoch checkpoint. The plans:
+`bench/study/plans.py`.
 """
 
 import argparse

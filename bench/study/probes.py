@@ -24,6 +24,7 @@ SMALL = plans.SMALL_BATCH
 C = defaults.NOISE_SCALE_MULTIPLE
 START, CAP = SMALL * defaults.START_MULTIPLE, SMALL * defaults.MAX_MULTIPLE
 
+
 def mccandlish_efficiency(batch, b_noise, b0):
     """Progress per example at `batch` over `b0`'s when the examples needed
     grow as 1 + B / B_noise."""

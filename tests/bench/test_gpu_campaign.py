@@ -139,7 +139,7 @@ def test_report_compares_compiled_torch_with_eager_and_jax(campaign_module):
 
 def test_part_c_runs_lars_at_depth_side_by_side_by_default(campaign_module):
     args = campaign_module.parse_args(["--out", "c"])
-    assert (args.study_plan, args.study_workers) == ("depth", 8)
+    assert (args.study_plan, args.study_workers) == ("depth", 12)
     smoke = campaign_module.parse_args(["--smoke", "--out", "c"])
     assert (smoke.study_plan, smoke.study_workers) == ("smoke", 2)
     assert args.study_plan in campaign_module.plans.PLANS
