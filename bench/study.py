@@ -82,5 +82,6 @@ def main(argv=None):
                log=lambda m: print(m, flush=True))
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

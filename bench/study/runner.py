@@ -206,8 +206,9 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
     busy, finished, tried = {}, [], set()
 
     def todo():
-        done = {run_key(r) for r in load(record_path)} | tried
-        return [s for s in plan(load(record_path)) if run_key(s) not in done]
+        runs = load(record_path)
+        done = {run_key(r) for r in runs} | tried
+        return [s for s in plan(runs) if run_key(s) not in done]
 
     waiting = todo()
     while waiting or busy:
