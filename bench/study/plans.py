@@ -58,6 +58,16 @@ def best_rate(runs, target):
     return min(by_rate, key=lambda rate: rank(by_rate[rate]))
 
 
+def sweep_best(swept, target=0.90):
+    """(`best_rate` of a sweep's runs, "lower" / "upper" where it is the
+    sweep's lowest / highest rate, else None): a best at an edge was not
+    bracketed by the sweep."""
+    best = best_rate(swept, target)
+    rates = sorted({round(r["rate"], 9) for r in swept})
+    return best, ("lower" if best == rates[0] else
+                  "upper" if best == rates[-1] else None)
+
+
 def fixed(batch, rate, seeds, epochs=24, optimizer="sgd", **extra):
     """A fixed batch at one peak rate over `seeds`, the recipe's warmup."""
     warmup = recipe.warmup_epochs_for(optimizer, "auto", batch, epochs)
@@ -240,13 +250,12 @@ def _depth(epochs, batches, name):
                          and r["epochs"] == epochs and r["seed"] in DEPTH_CHOOSE]
                 if len(swept) < 4:
                     continue
-                best = best_rate(swept, 0.90)
-                rates = sorted({round(r["rate"], 9) for r in swept})
+                best, edge = sweep_best(swept)
                 grid = depth_rates(o, b)
-                if best == rates[0] and rates[0] > grid[0] / 2 ** DEPTH_EXTEND:
-                    yield from arm(o, b, rates[0] / 2, DEPTH_CHOOSE)
-                elif best == rates[-1] and rates[-1] < grid[-1] * 2 ** DEPTH_EXTEND:
-                    yield from arm(o, b, rates[-1] * 2, DEPTH_CHOOSE)
+                if edge == "lower" and best > grid[0] / 2 ** DEPTH_EXTEND:
+                    yield from arm(o, b, best / 2, DEPTH_CHOOSE)
+                elif edge == "upper" and best < grid[-1] * 2 ** DEPTH_EXTEND:
+                    yield from arm(o, b, best * 2, DEPTH_CHOOSE)
                 else:
                     yield from arm(o, b, best, DEPTH_MEASURE)
 

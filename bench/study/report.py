@@ -359,11 +359,9 @@ def depth_lines(runs):
                                key=lambda r: r["rate"])
                 if not swept:
                     continue
-                best[o, b] = plans.best_rate(swept, 0.90)
-                edge = round(swept[0]["rate"], 9), round(swept[-1]["rate"], 9)
+                best[o, b], edge = plans.sweep_best(swept)
                 for r in swept:
-                    mark = ("best" + (", at the grid's edge" if best[o, b] in edge
-                                      else "")
+                    mark = ("best" + (", at the grid's edge" if edge else "")
                             if round(r["rate"], 9) == best[o, b] else "")
                     lines.append(
                         f"| {o} | {b:,} | {r['rate']:.4g} | "

@@ -205,12 +205,11 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
     deadline = time.monotonic() + budget if budget else float("inf")
     busy, finished, tried = {}, [], set()
 
-    def todo():
-        runs = load(record_path)
+    def todo(runs):
         done = {run_key(r) for r in runs} | tried
         return [s for s in plan(runs) if run_key(s) not in done]
 
-    waiting = todo()
+    waiting = todo(load(record_path))
     while waiting or busy:
         while waiting and len(busy) < workers and time.monotonic() < deadline:
             spec = waiting.pop(0)
@@ -251,5 +250,5 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
             finished.append(record)
             log(f"done {key}: val {record['val_accuracy']:.4f}")
             if time.monotonic() < deadline:
-                waiting = todo()
+                waiting = todo(runs)
     return finished
