@@ -8,6 +8,7 @@ The parts, the files, how to prepare, run and rehearse it: bench/README.md.
 """
 
 import argparse
+import glob
 import os
 import shutil
 import subprocess
@@ -15,19 +16,58 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(HERE, "study"))
+# Beside this file and the study's (also where PYTHONSAFEPATH leaves the
+# script's folder off the path).
+sys.path[:0] = [HERE, os.path.join(HERE, "study")]
 # The plans import the package, hence Keras: on JAX (this machine may have
 # no TensorFlow), as `main` has it.
 os.environ.setdefault("KERAS_BACKEND", "jax")
-import gpu_campaign_parts as parts  # noqa: E402
 import plans  # noqa: E402
 import runner as study_runner  # noqa: E402
-from gpu_campaign_prepare import prepare  # noqa: E402
 from gpu_campaign_report import markdown  # noqa: E402
-from gpu_campaign_runner import Campaign, Deadline, Worker, child  # noqa: E402
+from gpu_campaign_runner import Campaign, Deadline, child  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "gpu_campaign")
 PARTS = ("compiled", "a", "b", "cuda", "c")
+# Part a, (backend, model, optimizer), in order of value: the optimizer
+# ratios on both backends, our models on JAX, then the rest.
+A_ITEMS = [
+    ("jax", "keras", "lso_sgd"), ("jax", "keras", "lars_mixed"),
+    ("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed"),
+    ("jax", "v1", "lso_sgd"), ("jax", "v1.5", "lso_sgd"),
+    ("jax", "v1-nobias", "lso_sgd"), ("jax", "v1.5-nobias", "lso_sgd"),
+    ("jax", "keras", "lamb_mixed"), ("torch", "keras", "lamb_mixed"),
+    ("torch", "v1", "lso_sgd"), ("torch", "v1.5", "lso_sgd"),
+    ("torch", "v1-nobias", "lso_sgd"), ("torch", "v1.5-nobias", "lso_sgd"),
+]
+A_SETTINGS = dict(size=224, batch=256, steps=20, warmup=5,
+                  precision="mixed_float16")
+B_SETTINGS = dict(steps=20, optimizers=None)
+B_BACKENDS = ("jax", "torch")
+# The torch step Keras compiles (`jit_compile=True`, torch.compile), run
+# before part a: stock against LARSMixed, each against eager torch and JAX.
+COMPILED_ITEMS = [("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed")]
+SMOKE_A = [("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
+           ("torch", "keras", "lars_mixed"), ("torch", "v1", "lamb_mixed")]
+# torch.compile of a ResNet-50 takes minutes on a CPU: the smoke compiles
+# the package's ResNet-8 through the same code.
+SMOKE_COMPILED = [("torch", "cifar8", "lars_mixed")]
+SMOKE = dict(
+    a=dict(size=32, batch=2, steps=2, warmup=1, precision="mixed_float16"),
+    b=dict(steps=2, optimizers=["LSO(SGD)", "LARSMixed"]),
+)
+PREPARED_LIMIT_MIB = 50  # --prepare's folder: a call carries 64 MiB
+
+# Keras, Grain and what they need beyond the GPU image's Python packages as
+# `bench/gpu_campaign_rehearsal.sh` rehearses them (jax, numpy, optax,
+# absl-py, h5py, ml-dtypes, rich, matplotlib, tensorboard and its protobuf;
+# the image also has torch, scikit-learn and Pillow).
+WHEELS = ["keras", "namex", "optree", "grain", "array-record", "portpicker",
+          "tensorboardX", "etils", "fsspec", "zipp", "cloudpickle", "psutil"]
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux_2_12_x86_64",
+             "manylinux2010_x86_64", "manylinux1_x86_64"]
 
 
 def parse_args(argv=None):
@@ -71,7 +111,7 @@ def parse_args(argv=None):
     p.add_argument("--prepare", metavar="DIR",
                    help="put the wheels and data for the GPU machine in DIR "
                         "and print the device commands")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child", metavar="TASK", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     for flag, allowed in (("parts", PARTS), ("backends", ("jax", "torch"))):
@@ -93,6 +133,69 @@ def parse_args(argv=None):
     args.work_dir = args.work_dir or (
         args.out + "_runs" if args.smoke else os.path.join("runs", "gpu_campaign"))
     return args
+
+
+def a_items(items, compiled=False):
+    """Part a's tasks; `compiled`: the step Keras compiles with
+    `jit_compile=True` (keys end in `|compiled`)."""
+    return [dict(key="|".join(i) + ("|compiled" if compiled else ""),
+                 backend=i[0], model=i[1], optimizer=i[2], compiled=compiled)
+            for i in items]
+
+
+def b_items():
+    return [dict(key=b, backend=b) for b in B_BACKENDS]
+
+
+def prepare(folder):
+    """Wheels and Fashion-MNIST for the GPU machine, in `folder`."""
+    from keras_largebatch.train import data
+
+    wheels = os.path.join(folder, "wheels")
+    os.makedirs(wheels, exist_ok=True)
+    version = study_runner.version
+    pins = [f"{p}=={version(p)}" if version(p) else p for p in WHEELS]
+    platforms = [x for tag in PLATFORMS for x in ("--platform", tag)]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                    "--only-binary=:all:", "--python-version", "3.12",
+                    "--implementation", "cp", *platforms, "-d", wheels, *pins],
+                   check=True)
+    source = data.find_fashion_mnist()
+    if source is None:
+        subprocess.run(["apt-get", "install", "-y", "dataset-fashion-mnist"],
+                       check=True)
+        source = data.find_fashion_mnist()
+    if source is None:
+        sys.exit("Fashion-MNIST not found (dataset-fashion-mnist installed?)")
+    target = os.path.join(folder, "fashion-mnist")
+    os.makedirs(target, exist_ok=True)
+    for name in data.FASHION_MNIST_FILES:
+        shutil.copy(os.path.join(source, name), target)
+    # Part cuda's Eigen headers, from TensorFlow's include folder here.
+    subprocess.run([sys.executable, os.path.join(
+        ROOT, "native", "tests", "pack_eigen.py"),
+        os.path.join(folder, "eigen.tar.gz")], check=True)
+    size = sum(os.path.getsize(p) for p in glob.glob(
+        os.path.join(folder, "**"), recursive=True) if os.path.isfile(p))
+    mib = size / 2**20
+    if mib > PREPARED_LIMIT_MIB:
+        sys.exit(f"{folder} holds {mib:.1f} MiB, over {PREPARED_LIMIT_MIB}")
+    rel = os.path.relpath(os.path.abspath(folder), ROOT)
+    print(f"\n{folder}: {mib:.1f} MiB "
+          f"({len(os.listdir(wheels))} wheels, Fashion-MNIST, Eigen)\n")
+    print("Device command (run it until it prints 'campaign complete'; "
+          f"carry [\"{rel}\"]; each call resumes from bench/results/: copy "
+          "the call's files (gpu_campaign.json and .md, the plan's record) "
+          "into bench/results/ before the next):\n")
+    # Install the wheels, run the campaign (its default budget), bring back
+    # its record, report and the depth plan's record.
+    print("python3 -m pip install -q --no-index --no-deps --no-compile "
+          f"--no-cache-dir --upgrade --target /tmp/site {rel}/wheels/*.whl && "
+          "export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit; "
+          f"python3 bench/gpu_campaign.py --data_dir {rel}/fashion-mnist "
+          f"--eigen {rel}/eigen.tar.gz 2>&1 | tee $OUT/campaign.log; "
+          "cp bench/results/gpu_campaign* bench/results/lars_depth_study.json"
+          " $OUT/ 2>/dev/null")
 
 
 def run_cuda(campaign):
@@ -130,47 +233,43 @@ def run_cuda(campaign):
 
 
 def run_c(campaign):
-    """Part c: the study plan `--study_plan` run by `bench/study.py run`,
+    """Part c: the study plan `--study_plan` run by the study's runner,
     `--study_workers` processes side by side, within the budget left;
     True once the plan has nothing left to run."""
     args = campaign.args
     record = campaign.record.setdefault("c", {})
     results = (os.path.dirname(os.path.abspath(args.out)) if args.smoke
                else os.path.join(HERE, "results"))
-    count = args.study_workers
-    env = dict(Worker.environ, KERAS_BACKEND="jax",
-               XLA_PYTHON_CLIENT_MEM_FRACTION=f"{0.9 / count:.2f}")
-    left = campaign.left()
-    cmd = [sys.executable, os.path.join(HERE, "study.py"), "run",
-           args.study_plan, "--workers", str(count), "--results", results,
-           "--work_dir", args.work_dir]
-    if left != float("inf"):
-        cmd += ["--budget", str(max(int(left) - 20, 1))]
-    if args.data_dir:
-        cmd += ["--data_dir", args.data_dir]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    print("\n".join(f"c {line}" for line in lines), flush=True)
-    if proc.returncode:
-        print(proc.stderr[-2000:], flush=True)
     plan = plans.PLANS[args.study_plan]
-    runs = study_runner.load(os.path.join(results, plan.record + ".json"))
+    path = os.path.join(results, plan.record + ".json")
+    env = dict(campaign.environ, KERAS_BACKEND="jax",
+               XLA_PYTHON_CLIENT_MEM_FRACTION=f"{0.9 / args.study_workers:.2f}")
+    lines = record.setdefault("lines", [])
+
+    def log(line):
+        lines.append(line)
+        print(f"c {line}", flush=True)
+
+    left = campaign.left()
+    study_runner.run(plan.all_specs, path, os.path.join(args.work_dir, plan.name),
+                     args.study_workers,
+                     0 if left == float("inf") else max(left - 20, 1),
+                     args.data_dir, log=log, env=env)
+    runs = study_runner.load(path)
     done = {study_runner.run_key(r) for r in runs}
-    record.update(plan=plan.name, record=plan.record,
-                  lines=record.get("lines", []) + lines,
-                  complete=all(study_runner.run_key(s) in done
-                               for s in plan.all_specs(runs)))
+    record.update(plan=plan.name, record=plan.record, complete=all(
+        study_runner.run_key(s) in done for s in plan.all_specs(runs)))
     return record["complete"]
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.child:
-        return child(parts.TASKS)
+        return child(args.child)
     # This process imports Keras for helpers only: on JAX's CPU platform, so
-    # that it never takes GPU memory from its workers, which start from the
-    # environment as it was.
-    Worker.environ = dict(os.environ)
+    # that it never takes GPU memory from the processes it starts, which
+    # start from the environment as it was.
+    environ = dict(os.environ)
     os.environ.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     if args.prepare:
         return prepare(args.prepare)
@@ -185,11 +284,11 @@ def main(argv=None):
                      f"files are not in {where} (pass --data_dir, or install "
                      "dataset-fashion-mnist)")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    campaign = Campaign(args)
-    settings = parts.SMOKE if args.smoke else dict(
-        a=parts.A_SETTINGS, b=parts.B_SETTINGS)
-    a_items = parts.SMOKE_A if args.smoke else parts.A_ITEMS
-    compiled = parts.SMOKE_COMPILED if args.smoke else parts.COMPILED_ITEMS
+    campaign = Campaign(args, markdown, environ)
+    settings = SMOKE if args.smoke else dict(
+        a=A_SETTINGS, b=B_SETTINGS)
+    picks_a = SMOKE_A if args.smoke else A_ITEMS
+    compiled = SMOKE_COMPILED if args.smoke else COMPILED_ITEMS
     picked = args.a_items.split(",") if args.a_items else None
 
     def chosen(items):
@@ -197,14 +296,14 @@ def main(argv=None):
 
     steps = {
         "a": lambda: campaign.run_items(
-            "a", [i for i in chosen(parts.a_items(a_items))
+            "a", [i for i in chosen(a_items(picks_a))
                   if picked is None or i["key"] in picked],
             settings["a"]),
-        "b": lambda: campaign.run_items("b", chosen(parts.b_items()),
+        "b": lambda: campaign.run_items("b", chosen(b_items()),
                                         settings["b"]),
         "cuda": lambda: run_cuda(campaign),
         "compiled": lambda: campaign.run_items(
-            "compiled", chosen(parts.a_items(compiled, compiled=True)),
+            "compiled", chosen(a_items(compiled, compiled=True)),
             settings["a"], item_seconds=args.compiled_seconds),
         "c": lambda: run_c(campaign),
     }

@@ -1,7 +1,8 @@
 """The report of `bench/gpu_campaign.py`: `<out>.md` from the record, a
 table of the calls, then each part's numbers against its targets."""
 
-import gpu_campaign_parts as parts
+from gpu_campaign_runner import bench_module
+
 
 
 def markdown(record):
@@ -57,7 +58,7 @@ def markdown(record):
             else "not measured"))
     b = record.get("b")
     if b:
-        pairs = parts.bench_module("optimizer_step").PAIRS
+        pairs = bench_module("optimizer_step").PAIRS
         names = [n for pair in pairs for n in pair]
         lines += [
             "", "## b. Optimizer step (`bench/micro/optimizer_step.py`)", "",
@@ -159,11 +160,3 @@ def _number(value, digits=1):
 
 def _verdict(holds):
     return "met" if holds else "not met"
-
-
-def brief(r):
-    """One result in a few words, for the progress lines."""
-    if "images_per_s" in r:
-        return f"{r['images_per_s']:.1f} images/s on {r['device']}"
-    return ", ".join(f"{k} {v:.2f} ms" for k, v in r.items()
-                     if isinstance(v, float) and not k.endswith("_cpu"))

@@ -1,7 +1,8 @@
-"""The runner of `bench/gpu_campaign.py`: a `Worker` is one `--child`
-process of one backend (Keras fixes it at import); a `Campaign` keeps the
-record (`<out>.json`, resumed from, and `<out>.md`) and the budget, and
-runs a part's tasks over its workers (`run_items`).
+"""The runner of `bench/gpu_campaign.py`: each task (a JSON dict) runs in
+a process of its own, `gpu_campaign.py --child TASK`, on its backend (Keras
+fixes it at import), by `TASKS[part](task)`; a `Campaign` keeps the record
+(`<out>.json`, resumed from, and `<out>.md`) and the budget, and runs a
+part's tasks one after another (`run_items`).
 """
 
 import datetime
@@ -9,80 +10,64 @@ import importlib.util
 import json
 import os
 import platform
-import queue
 import subprocess
 import sys
-import threading
 import time
-import traceback
 
-import gpu_campaign_report as report
 from runner import now  # The study's runner (bench/study/).
 from runner import nvidia_smi
 from runner import version
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "gpu_campaign.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "gpu_campaign.py")
 VERSIONS = ["keras", "jax", "jaxlib", "torch", "numpy", "grain"]
+NO_GPU = 3  # A child's exit code: no GPU where the campaign needs one.
+# Part a's optimizers: the name a result records, and the optimizer's in
+# `bench/micro/optimizer_step.py`'s `optimizers()`, which makes it.
+OPTIMIZERS = {
+    "lso_sgd": ("LossScaleOptimizer(SGD(0.1, momentum=0.9))", "LSO(SGD)"),
+    "lars_mixed": ("LARSMixed(0.1, momentum=0.9, weight_decay=5e-5)",
+                   "LARSMixed"),
+    "lamb_mixed": ("LAMBMixed(1e-3, weight_decay=1e-2)", "LAMBMixed"),
+}
 
 
-def child(tasks):
-    """A worker: one JSON task a line on stdin, one `RESULT`/`FAILED` line
-    each on stdout; `tasks[part](task)` runs a task."""
+def bench_module(name):
+    """`bench/<name>.py`, imported by its path (the repository's top-level
+    `applications/` package must not shadow `bench/micro/applications.py`)."""
+    key = "bench_" + name
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            key, os.path.join(HERE, "micro", name + ".py"))
+        sys.modules[key] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[key])
+    return sys.modules[key]
+
+
+def child(task):
+    """Runs one task (JSON) in this process and prints `RESULT <json>`
+    with the backend and device; exits `NO_GPU` instead where the device is
+    a CPU and the task is not the smoke's."""
     import keras
 
-    from gpu_campaign_parts import bench_module
-
-    apps = bench_module("applications")
+    task = json.loads(task)
     backend = keras.backend.backend()
-    facts = {"backend": backend, "device": apps.device_name(backend)}
-    print("READY " + json.dumps(facts), flush=True)
-    for line in sys.stdin:
-        task = json.loads(line)
-        try:
-            result = tasks[task["part"]](task)
-        except Exception:  # noqa: BLE001 - reported to the parent
-            print("FAILED " + json.dumps(traceback.format_exc()), flush=True)
-            continue
-        print("RESULT " + json.dumps(dict(result, **facts)), flush=True)
+    device = bench_module("applications").device_name(backend)
+    if not task["smoke"] and device.startswith("cpu"):
+        print(f"{backend} sees no GPU ({device})", file=sys.stderr)
+        return NO_GPU
+    result = TASKS[task["part"]](task)
+    print("RESULT " + json.dumps(dict(result, backend=backend, device=device)),
+          flush=True)
+    return 0
 
 
-class Worker:
-    """A child process of one backend; its result lines go to `results`."""
-
-    environ = None  # The environment workers start from (default: ours).
-
-    def __init__(self, backend, results, log_path):
-        env = dict(self.environ or os.environ, KERAS_BACKEND=backend,
-                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-        self.log = open(log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, SCRIPT, "--child"], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            text=True, cwd=os.getcwd())
-        self.backend = backend
-        self.reader = threading.Thread(target=self._read, args=(results,),
-                                       daemon=True)
-        self.reader.start()
-
-    def _read(self, results):
-        for line in self.proc.stdout:
-            self.log.write(line)
-            for tag in ("READY", "RESULT", "FAILED"):
-                if line.startswith(tag + " "):
-                    results.put((self, tag, json.loads(line[len(tag) + 1:])))
-        results.put((self, "EXIT", self.proc.wait()))
-
-    def send(self, task):
-        self.proc.stdin.write(json.dumps(task) + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(timeout=10)  # It writes to the log until EOF.
-        self.log.close()
+def brief(r):
+    """One result in a few words, for the progress lines."""
+    if "images_per_s" in r:
+        return f"{r['images_per_s']:.1f} images/s on {r['device']}"
+    return ", ".join(f"{k} {v:.2f} ms" for k, v in r.items()
+                     if isinstance(v, float) and not k.endswith("_cpu"))
 
 
 class Deadline(Exception):
@@ -90,10 +75,13 @@ class Deadline(Exception):
 
 
 class Campaign:
-    """The JSON record, the budget and the workers of one invocation."""
+    """The JSON record and the budget of one invocation."""
 
-    def __init__(self, args):
+    def __init__(self, args, markdown, environ=None):
         self.args, self.path = args, args.out + ".json"
+        self.markdown = markdown  # record -> the text of <out>.md
+        # The environment the tasks' processes start from (default ours).
+        self.environ = dict(os.environ if environ is None else environ)
         self.deadline = (time.time() + args.budget_seconds
                          if args.budget_seconds else float("inf"))
         self.record = {}
@@ -112,7 +100,6 @@ class Campaign:
                 "\n", "; ") or None, python=platform.python_version(),
             versions={p: version(p) for p in VERSIONS}, finished=[])
         self.record.setdefault("sessions", []).append(self.session)
-        self.results = queue.Queue()
         self.log_path = args.out + ".log"
 
     def save(self):
@@ -121,22 +108,10 @@ class Campaign:
         started = datetime.datetime.fromisoformat(self.session["started"])
         self.session["seconds"] = round(time.time() - started.timestamp(), 1)
         atomic_write(self.path, json.dumps(self.record, indent=1))
-        atomic_write(self.args.out + ".md", report.markdown(self.record))
+        atomic_write(self.args.out + ".md", self.markdown(self.record))
 
     def left(self):
         return self.deadline - time.time()
-
-    def wait(self, until=float("inf")):
-        """The next line of any worker; `Deadline` at the budget's end, or
-        None at `until` (a time.time()) if that comes first."""
-        left = min(self.left(), until - time.time())
-        try:
-            return self.results.get(
-                timeout=None if left == float("inf") else max(left, 0))
-        except queue.Empty:
-            if self.left() <= 0:
-                raise Deadline from None
-            return None
 
     def installed(self, part, backend, count):
         """Whether `backend`'s package is here; if not, says so once and
@@ -152,9 +127,9 @@ class Campaign:
 
     def run_items(self, part, items, settings, item_seconds=None):
         """Runs the `items` (task dicts with a `key` and a `backend`) not yet
-        in the record, one worker per run of same-backend items; one that
-        fails or runs past `item_seconds` is kept under `failed` and the rest
-        go on. True when every item of an installed backend is done or failed."""
+        in the record, each in a process of its own; one that fails or runs
+        past `item_seconds` is kept under `failed` and the rest go on. True
+        when every item of an installed backend is done or failed."""
         store = self.record.setdefault(part, {})
         if store.get("settings", settings) != settings:
             sys.exit(f"{self.path}: part {part} was measured with "
@@ -167,66 +142,120 @@ class Campaign:
         absent = {b for b in {i["backend"] for i in todo} if not self.installed(
             part, b, sum(i["backend"] == b for i in todo))}
         todo = [i for i in todo if i["backend"] not in absent]
-        worker, seconds = None, {}
-        try:
-            for item in todo:
-                # An item that would not end in time is not started.
-                if self.left() < seconds.get(item["backend"], 0):
+        seconds = {}
+        for item in todo:
+            # An item that would not end in time is not started.
+            if self.left() < seconds.get(item["backend"], 0):
+                raise Deadline
+            start = time.time()
+            value, error = self.run_task(
+                dict(item, part=part, settings=settings, smoke=self.args.smoke),
+                min(self.left(), item_seconds or float("inf")))
+            took = time.time() - start
+            if value is not None:
+                seconds[item["backend"]] = max(seconds.get(item["backend"], 0),
+                                               took)
+                done[item["key"]] = dict(value, seconds=round(took, 1),
+                                         finished=now())
+                print(f"{part} {item['key']}: {brief(value)}", flush=True)
+            else:
+                if self.left() <= 0:
                     raise Deadline
-                if worker and worker.backend != item["backend"]:
-                    worker.stop()
-                    worker = None
-                worker = worker or self.start(item["backend"])
-                start = time.time()
-                until = start + item_seconds if item_seconds else float("inf")
-                worker.send(dict(item, part=part, settings=settings))
-                while True:
-                    got, tag, value = self.wait(until) or (
-                        worker, "TIMEOUT",
-                        f"did not finish within {item_seconds:g} s")
-                    if got is not worker:
-                        continue
-                    if tag == "RESULT":
-                        took = time.time() - start
-                        seconds[item["backend"]] = max(
-                            seconds.get(item["backend"], 0), took)
-                        done[item["key"]] = dict(
-                            value, seconds=round(took, 1), finished=now())
-                        self.save()
-                        print(f"{part} {item['key']}: {report.brief(value)}",
-                              flush=True)
-                        break
-                    # A failed item is kept with its error, and the part
-                    # goes on in a fresh worker.
-                    worker.stop()
-                    worker = None
-                    failed[item["key"]] = dict(
-                        error=str(value)[-2000:], finished=now())
-                    self.save()
-                    print(f"{part} {item['key']}: FAILED ({tag}); "
-                          f"{str(value).strip().splitlines()[-1:]}",
-                          flush=True)
-                    break
-        finally:
-            if worker:
-                worker.stop()
+                failed[item["key"]] = dict(error=error[-2000:], finished=now())
+                print(f"{part} {item['key']}: FAILED; "
+                      f"{error.strip().splitlines()[-1:]}", flush=True)
+            self.save()
         return all(i["key"] in done or i["key"] in failed for i in todo)
 
-    def start(self, backend):
-        """A new worker, once it is ready. It is the only one running: the
-        lines of workers stopped before it are dropped."""
-        worker = Worker(backend, self.results, self.log_path)
-        while True:
-            got, tag, value = self.wait()
-            if got is not worker:
-                continue
-            if tag != "READY":
-                sys.exit(f"a {backend} worker ended ({tag}) before "
-                         f"starting; see {self.log_path}")
-            # A campaign on a CPU would spend its budget measuring nothing:
-            # only the smoke may run there.
-            if not self.args.smoke and value["device"].startswith("cpu"):
-                worker.stop()
-                sys.exit(f"{backend} sees no GPU ({value['device']}); the "
-                         "campaign needs one (or --smoke)")
-            return worker
+    def run_task(self, task, seconds):
+        """(result, None), or (None, the error) where the task's process
+        failed or ran past `seconds`; its output is added to `<out>.log`.
+        A process that finds no GPU ends the campaign: only the smoke may
+        run on a CPU, where a campaign would spend its budget measuring
+        nothing."""
+        env = dict(self.environ, KERAS_BACKEND=task["backend"],
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+        try:
+            proc = subprocess.run(
+                [sys.executable, SCRIPT, "--child", json.dumps(task)], env=env,
+                capture_output=True, text=True,
+                timeout=None if seconds == float("inf") else max(seconds, 1))
+            out, err, code = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out, err = (x.decode() if isinstance(x, bytes) else x or ""
+                        for x in (e.stdout, e.stderr))
+            err, code = err + f"\ndid not finish within {seconds:g} s", "timeout"
+        with open(self.log_path, "a") as log:
+            log.write(f"--- {task['part']} {task['key']} ({now()})\n{err}{out}")
+        if code == NO_GPU:
+            sys.exit(f"{task['backend']}: {err.strip()}; the campaign needs a "
+                     "GPU (or --smoke)")
+        lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        if code or not lines:
+            return None, err.strip() or f"exit {code}, no result"
+        return json.loads(lines[-1][len("RESULT "):]), None
+
+
+# ---------------------------------------------------------- in workers
+
+
+def task_a(task):
+    import keras
+
+    apps = bench_module("applications")
+    s = task["settings"]
+    keras.backend.clear_session()
+    keras.config.set_dtype_policy(s["precision"])
+    model = apps.build_model(task["model"], s["size"])
+    first = time_first_step(model, task["key"])
+    label, name = OPTIMIZERS[task["optimizer"]]
+    optimizer = bench_module("optimizer_step").optimizers()[name]()
+    result = apps.fit_images_per_s(
+        model, optimizer, s["batch"], s["size"], s["steps"], s["warmup"],
+        jit_compile=True if task.get("compiled") else "auto")
+    keras.config.set_dtype_policy("float32")
+    return dict(result, first_step_s=first.get("seconds"),
+                model=apps.LABELS[task["model"]], optimizer=label)
+
+
+def time_first_step(model, key):
+    """A dict that gets `seconds`: from `fit`'s making of the train
+    function to the end of the first step (compilation included), also
+    logged at once, so that an item that runs out of time says whether it
+    compiled. Only the first call is wrapped."""
+    import keras
+
+    timing = {}
+    make = model.make_train_function
+
+    def make_timed(force=False):
+        start = time.perf_counter()
+        make(force)
+        function = model.train_function
+        if timing or function is None or getattr(function, "timed", False):
+            return
+
+        def first_call(*args, **kwargs):
+            out = function(*args, **kwargs)
+            # Waits for the step: one leaf's value leaves the device.
+            keras.ops.convert_to_numpy(keras.tree.flatten(out)[0])
+            timing["seconds"] = time.perf_counter() - start
+            print(f"{key}: first step after {timing['seconds']:.1f} s",
+                  file=sys.stderr, flush=True)
+            model.train_function = function
+            return out
+
+        first_call.timed = True
+        model.train_function = first_call
+
+    model.make_train_function = make_timed
+    return timing
+
+
+def task_b(task):
+    _, ms = bench_module("optimizer_step").measure_backend(
+        task["settings"]["steps"], task["settings"]["optimizers"])
+    return ms
+
+
+TASKS = {"a": task_a, "b": task_b, "compiled": task_a}

@@ -286,11 +286,15 @@ import numpy as np, keras, jax
 import keras_largebatch as klb
 sys.path.insert(0, {tests!r})
 from test_noise_scale import fit_logs, regression
+keras.utils.set_random_seed(100)
 keras.distribution.set_distribution(
     keras.distribution.DataParallel(devices=jax.devices()))
 x, y, w = regression(d=64, n=16384, sigma=1.0)
+# Every update measured (256): the estimate's spread is a few percent, well
+# inside the tolerance (every 8th, 32 of them, spreads about 10%).
 logs = fit_logs(keras.optimizers.SGD(0.0, gradient_accumulation_steps=2),
-                x, y, w, batch=64, beta=0.995, epochs=2, shuffle=True)
+                x, y, w, batch=64, beta=0.995, epochs=2, shuffle=True,
+                interval=1)
 print(json.dumps(dict(logs, devices=len(jax.devices()))))
 """
 

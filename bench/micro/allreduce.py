@@ -17,7 +17,6 @@ Writes `bench/results/allreduce.json` (or `--out`).
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -27,18 +26,20 @@ from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import localhost
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(HERE, "study"))
+from runner import RESULTS, machine, now  # noqa: E402
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
            "ours topk 1%", "ours topk 0.1%", "flat buffer"]
 
 
-def _launch(n, mode, args, timeout=900):
+def _launch(n, mode, args):
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
     outs = [os.path.join(tmp, f"{i}.json") for i in range(n)]
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
     codes = localhost.run(
         [[sys.executable, __file__, "--mode", mode,
           "--args", json.dumps(dict(args, out=out))] for out in outs],
-        timeout, env=env)
+        900, env=env)
     if any(codes):
         raise RuntimeError(f"worker failed: {codes}")
     return [json.load(open(o)) for o in outs]
@@ -81,11 +82,8 @@ def worker_allreduce(args):
         options = Options(bytes_per_pack=bytes_per_pack)
         return lambda: tf_ops._all_reduce(sum_, grads, 0, options)
 
-    def ours(compression, threshold=defaults.fusion_threshold_bytes,
-             density=defaults.topk_density):
-        config = dataclasses.replace(
-            defaults, compression=compression,
-            fusion_threshold_bytes=threshold, topk_density=density)
+    def ours(**changes):
+        config = dataclasses.replace(defaults, **changes)
 
         def run():
             # Read at trace time: set before each function is traced.
@@ -98,31 +96,30 @@ def worker_allreduce(args):
         "per tensor": tf_pack(1),
         "TF default": tf_pack(0),
         "TF 25 MB": tf_pack(25 * 10**6),
-        "ours f32": ours(None),
-        "ours fp16": ours("fp16"),
-        "ours topk 1%": ours("topk", density=0.01),
-        "ours topk 0.1%": ours("topk", density=0.001),
+        "ours f32": ours(compression=None),
+        "ours fp16": ours(compression="fp16"),
+        "ours topk 1%": ours(compression="topk", topk_density=0.01),
+        "ours topk 0.1%": ours(compression="topk", topk_density=0.001),
         "flat buffer": lambda: tf_ops._launchers[0].all_reduce(flat),
     }
     for name in args["methods"]:
-        words = name.split()
+        words = name.split()  # ["ours", "f32" or "fp16", "<k>", "MiB"]
         if name not in fns and words[-1] == "MiB":
-            compression = {"f32": None, "fp16": "fp16"}[words[1]]
-            fns[name] = ours(compression, int(float(words[2]) * 2**20))
+            fns[name] = ours(
+                compression={"f32": None, "fp16": "fp16"}[words[1]],
+                fusion_threshold_bytes=int(float(words[2]) * 2**20))
     barrier = tf.function(lambda: tf_ops._launchers[0].all_reduce(one))
     times = {}
     for name in args["methods"]:
         with tf.device(device):
             fn = tf.function(fns[name])
             fn()  # trace + warm-up
-            runs = []
+            times[name] = []
             for _ in range(args["runs"]):
                 barrier().numpy()
                 start = time.perf_counter()
-                out = fn()
-                tf.nest.map_structure(lambda t: t.numpy(), out)
-                runs.append(time.perf_counter() - start)
-        times[name] = runs
+                tf.nest.map_structure(lambda t: t.numpy(), fn())
+                times[name].append(time.perf_counter() - start)
     atomic_write(args["out"], json.dumps({"times": times}))
 
 
@@ -189,10 +186,9 @@ def main():
     parser.add_argument("--out", default="allreduce.json",
                         help="file name under bench/results/")
     flags = parser.parse_args()
-    if flags.mode == "allreduce":
-        return worker_allreduce(json.loads(flags.args))
-    if flags.mode == "step":
-        return worker_step(json.loads(flags.args))
+    workers = {"allreduce": worker_allreduce, "step": worker_step}
+    if flags.mode in workers:
+        return workers[flags.mode](json.loads(flags.args))
 
     import keras
     import numpy as np
@@ -204,9 +200,8 @@ def main():
     shapes = [tuple(v.shape) for v in model.trainable_variables]
     mb = sum(int(np.prod(s)) for s in shapes) * 4 / 2**20
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, "
-                   f"{os.cpu_count()} CPU cores, no GPU, loopback gRPC",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine("tensorflow") + ", loopback gRPC",
+        "date": now(),
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "load_average": os.getloadavg(),
         "tensors": len(shapes), "mebibytes": round(mb, 1),
@@ -238,12 +233,11 @@ def main():
                                        flags.methods) + " |")
     for n, row in result["allreduce_ms"].items():
         best = min(row.get("TF default", 1e9), row.get("TF 25 MB", 1e9))
-        result["ratio_to_tf_best"][n] = {}
-        for m in row:
-            if m.startswith("ours") and best < 1e9:
-                ratio = round(row[m] / best, 3)
-                result["ratio_to_tf_best"][n][m] = ratio
-                print(f"{n} workers: {m} / TF's best = {ratio:.2f}")
+        ratios = result["ratio_to_tf_best"][n] = {
+            m: round(ms / best, 3) for m, ms in row.items()
+            if m.startswith("ours") and best < 1e9}
+        for m, ratio in ratios.items():
+            print(f"{n} workers: {m} / TF's best = {ratio:.2f}")
     result["load_average_after"] = os.getloadavg()
     if result["step_ms"]:
         print("\n| 2-worker train step (ResNet-50 32x32, batch 8/worker) "
@@ -252,8 +246,7 @@ def main():
             label = ("stock tf.distribute.MultiWorkerMirroredStrategy"
                      if name == "stock" else "keras_largebatch strategy")
             print(f"| {label} | {ms:,.0f} |")
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    atomic_write(os.path.join(HERE, "results", flags.out),
+    atomic_write(os.path.join(RESULTS, flags.out),
                  json.dumps(result, indent=2))
 
 

@@ -150,10 +150,10 @@ def main():
             args.size, args.steps, args.warmup)
         rows.append(dict(config=name, model=LABELS[name], **result))
     load_after = os.getloadavg()
-    base = rows[0]["images_per_s"]
+    base, device = rows[0]["images_per_s"], device_name(args.backend)
     print(f"\nResNet-50 training, {args.backend}, {args.precision}, "
           f"LARSMixed, {args.size}x{args.size}, batch {args.batch}, "
-          f"median of {args.steps} steps, device {device_name(args.backend)}, "
+          f"median of {args.steps} steps, device {device}, "
           f"{os.cpu_count()} CPU cores\n")
     print("| model | params | images/s | vs first row |")
     print("|---|---|---|---|")
@@ -167,7 +167,7 @@ def main():
         "machine": {"platform": platform.platform(),
                     "processor": platform.processor(),
                     "cpu_count": os.cpu_count(),
-                    "device": device_name(args.backend),
+                    "device": device,
                     "loadavg_1_5_15_before": load_before,
                     "loadavg_1_5_15_after": load_after},
         "keras": keras.__version__,

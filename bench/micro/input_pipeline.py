@@ -11,10 +11,8 @@ instead. The method and the results: docs/benchmarks.md.
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -27,10 +25,11 @@ import tensorflow as tf
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import imagenet
 
-RESULTS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-MACHINE = (f"{platform.processor() or platform.machine()}, "
-           f"{os.cpu_count()} CPU cores, no GPU")
+sys.path.insert(0, os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study"))
+from runner import RESULTS, machine, now  # noqa: E402
+
+MACHINE = machine("tensorflow")
 SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
           (500, 500), (281, 500), (375, 500)]
 
@@ -60,14 +59,13 @@ def write_shards(folder, num_images, num_files=4):
                 encoded = tf.io.encode_jpeg(_photo_like(rng, h, w),
                                             quality=90).numpy()
                 sizes.append(len(encoded))
-                example = tf.train.Example(features=tf.train.Features(
-                    feature={
-                        "image/encoded": tf.train.Feature(
-                            bytes_list=tf.train.BytesList(value=[encoded])),
-                        "image/class/label": tf.train.Feature(
-                            int64_list=tf.train.Int64List(value=[1 + j % 5])),
-                    }))
-                writer.write(example.SerializeToString())
+                feature = {
+                    "image/encoded": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[encoded])),
+                    "image/class/label": tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[1 + j % 5]))}
+                writer.write(tf.train.Example(features=tf.train.Features(
+                    feature=feature)).SerializeToString())
     return sorted(os.path.join(folder, f) for f in os.listdir(folder)), sizes
 
 
@@ -113,11 +111,8 @@ def measure(ds):
 def write(name, **fields):
     """`bench/results/<name>`: the machine, the date, the command, `fields`."""
     path = os.path.join(RESULTS, name)
-    os.makedirs(RESULTS, exist_ok=True)
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds")
     atomic_write(path, json.dumps(dict(
-        machine=MACHINE, date=date, command="python " + " ".join(sys.argv),
+        machine=MACHINE, date=now(), command="python " + " ".join(sys.argv),
         **fields), indent=2))
     print(f"wrote {path}")
 
@@ -171,7 +166,6 @@ def main():
         return fashion_mnist(args)
     cores = os.cpu_count()
     load_before = os.getloadavg()
-    rows = []
     with tempfile.TemporaryDirectory() as folder:
         paths, jpeg_bytes = write_shards(folder, args.images)
         configs = [(kind, size, threads)
@@ -185,10 +179,9 @@ def main():
             for c in configs:
                 wall, cpu = measure(datasets[c])
                 best[c] = (max(best[c][0], wall), max(best[c][1], cpu))
-        for (kind, size, threads), (wall, cpu) in best.items():
-            rows.append({"pipeline": kind, "size": size, "threads": threads,
-                         "images_per_sec": wall,
-                         "images_per_cpu_sec": cpu})
+    rows = [{"pipeline": kind, "size": size, "threads": threads,
+             "images_per_sec": wall, "images_per_cpu_sec": cpu}
+            for (kind, size, threads), (wall, cpu) in best.items()]
     load_after = os.getloadavg()
     print(f"\nMachine: {MACHINE}; TensorFlow {tf.__version__}; "
           f"{len(jpeg_bytes)} JPEGs, mean {np.mean(jpeg_bytes) / 1e3:.0f} KB; "

@@ -11,7 +11,7 @@ fused all-reduce does: float32 -> float32, and float32 -> float16 scaled by
 import argparse
 import json
 import os
-import platform
+import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -23,6 +23,10 @@ from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import native
 from optimizer_step import median_ms  # bench/micro/, beside this file
 
+sys.path.insert(0, os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study"))
+from runner import RESULTS, machine  # noqa: E402
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -33,8 +37,7 @@ def main():
     rng = np.random.default_rng(0)
     grads = [tf.constant(rng.standard_normal(w.shape).astype(np.float32))
              for w in model.trainable_weights]
-    shapes = [g.shape for g in grads]
-    dtypes = [g.dtype for g in grads]
+    shapes, dtypes = [g.shape for g in grads], [g.dtype for g in grads]
     nbytes = sum(int(np.prod(s)) * 4 for s in shapes)
     print(f"ResNet-50: {len(grads)} tensors, {nbytes / 2**20:.1f} MiB float32")
 
@@ -64,8 +67,9 @@ def main():
                                            sync=sync)[0]
         rows.append(row)
 
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, no GPU"
-    print(f"\nMachine: {machine}; TensorFlow {tf.__version__}; medians of {args.repeats}\n")
+    stamp = machine("tensorflow")
+    print(f"\nMachine: {stamp}; TensorFlow {tf.__version__}; "
+          f"medians of {args.repeats}\n")
     print("| case | fallback (ms) | native (ms) | native / fallback |")
     print("|---|---:|---:|---:|")
     for r in rows:
@@ -74,7 +78,7 @@ def main():
         print(f"| {r['case']} | {f:.1f} | {n if n is None else f'{n:.1f}'} | {ratio} |")
 
     out = {
-        "machine": machine,
+        "machine": stamp,
         "tensorflow": tf.__version__,
         "tensors": len(grads),
         "float32_bytes": nbytes,
@@ -82,8 +86,7 @@ def main():
         "native_available": native.native_ops_available(),
         "rows": rows,
     }
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "native_pack.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    path = os.path.join(RESULTS, "native_pack.json")
     atomic_write(path, json.dumps(out, indent=2))
     print(f"\nwrote {path}")
 

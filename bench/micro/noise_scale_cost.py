@@ -40,12 +40,16 @@ def build(name):
     return keras.Sequential(layers), (1024,)
 
 
-def _timer(warmup):
-    """A callback noting (wall, CPU) time after `warmup` steps (`start`)
-    and at the epoch's end (`end`)."""
+def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
     import keras
+    import numpy as np
+
+    import keras_largebatch as klb
 
     class Timer(keras.callbacks.Callback):
+        """(wall, CPU) time after `warmup` steps (`start`) and at the
+        epoch's end (`end`)."""
+
         def on_train_batch_end(self, batch, logs=None):
             if batch == warmup - 1:
                 self.start = (time.perf_counter(), time.process_time())
@@ -53,15 +57,6 @@ def _timer(warmup):
         def on_epoch_end(self, epoch, logs=None):
             keras.ops.convert_to_numpy(self.model.optimizer.iterations)
             self.end = (time.perf_counter(), time.process_time())
-
-    return Timer()
-
-
-def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
-    import keras
-    import numpy as np
-
-    import keras_largebatch as klb
 
     out = {}
     for name in models:
@@ -84,20 +79,18 @@ def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
         y = np.random.randint(0, 10, batch * steps)
         for _ in range(repeats):
             for model, callbacks, times in runs.values():
-                timer = _timer(warmup)
+                timer = Timer()
                 model.fit(x, y, batch_size=batch, epochs=1, verbose=0,
                           shuffle=False, callbacks=callbacks + [timer])
-                n = steps - warmup
-                times.append([(e - s) * 1000 / n
+                times.append([(e - s) * 1000 / (steps - warmup)
                               for s, e in zip(timer.start, timer.end)])
-        plain = runs[None][2]
+        # The median wall and CPU ms of each setting.
+        ms = {k: [statistics.median(t) for t in zip(*times)]
+              for k, (_, _, times) in runs.items()}
         row = {"params": runs[None][0].count_params(),
-               "plain_ms": statistics.median(t[0] for t in plain),
-               "plain_cpu_ms": statistics.median(t[1] for t in plain)}
+               "plain_ms": ms[None][0], "plain_cpu_ms": ms[None][1]}
         for interval in intervals:
-            times = runs[interval][2]
-            wall = statistics.median(t[0] for t in times)
-            cpu = statistics.median(t[1] for t in times)
+            wall, cpu = ms[interval]
             row[f"gns_every_{interval}"] = {
                 "ms": wall, "cpu_ms": cpu,
                 "overhead_pct": 100 * (wall / row["plain_ms"] - 1),

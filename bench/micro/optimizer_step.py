@@ -10,7 +10,6 @@ Prints a Markdown table and writes bench/results/optimizer_step.json.
 """
 
 import argparse
-import datetime
 import functools
 import json
 import os
@@ -99,28 +98,17 @@ def measure_backend(steps, only=None):
                     jit_compile=jit)
                 _store(results, name + label, median_ms(step, steps))
         elif backend == "jax":
-            import jax
             import jax.numpy as jnp
 
-            # As Keras' JAX trainer: the state is donated in the order the
-            # step returns it, so each output reuses its own input's buffer
-            # (with `stateless_apply`'s (optimizer, grads, trainable) order,
-            # JAX pairs new weights with old momentum buffers by shape and
-            # XLA copies every variable).
+            # As Keras' JAX trainer: the state donated in the order the step
+            # returns it, so each output reuses its own input's buffer (in
+            # `stateless_apply`'s order XLA would copy every variable).
             def apply(trainable, opt_vars, grads, optimizer=optimizer):
                 return optimizer.stateless_apply(opt_vars, grads, trainable)
 
-            step = jax.jit(apply, donate_argnums=(0, 1))
-            state = {"opt": [jnp.array(v.value) for v in optimizer.variables],
-                     "vars": [jnp.array(v.value) for v in variables]}
-
-            def run(step=step, state=state, grads=grads):
-                new_vars, new_opt = step(state["vars"], state["opt"], grads)
-                state["vars"], state["opt"] = new_vars, new_opt
-                return new_vars
-
-            _store(results, name, median_ms(run, steps,
-                                            sync=jax.block_until_ready))
+            state = [[jnp.array(v.value) for v in variables],
+                     [jnp.array(v.value) for v in optimizer.variables]]
+            _store(results, name, _donated_ms(apply, state, grads, steps))
         else:
             import torch
 
@@ -134,10 +122,23 @@ def measure_backend(steps, only=None):
     return backend, results
 
 
+def _donated_ms(fn, state, grads, steps):
+    """`median_ms` of `state[:] = fn(*state, grads)`, jitted with `state`
+    (the weights and the optimizer's) donated."""
+    import jax
+
+    step = jax.jit(fn, donate_argnums=(0, 1))
+
+    def run():
+        state[:] = step(*state, grads)
+        return state[0]
+
+    return median_ms(run, steps, sync=jax.block_until_ready)
+
+
 def _jax_floor(grads, variables, steps):
     """Minimal jitted SGD, LARS, Adam and LAMB in plain jax.numpy (no
     Keras), their state donated as Keras' trainer donates it."""
-    import jax
     import jax.numpy as jnp
 
     def sgd(ws, vs, gs):
@@ -172,17 +173,11 @@ def _jax_floor(grads, variables, steps):
     out = {}
     for name, fn, slots in (("floor_SGD", sgd, 1), ("floor_LARS", lars, 1),
                             ("floor_Adam", adam, 2), ("floor_LAMB", lamb, 2)):
-        step = jax.jit(fn, donate_argnums=(0, 1))
-        zeros = lambda v: jnp.zeros(v.shape, "float32")  # noqa: E731
-        state = {"ws": [jnp.array(v.value) for v in variables],
-                 "slots": [zeros(v) if slots == 1 else (zeros(v), zeros(v))
-                           for v in variables]}
-
-        def run(step=step, state=state):
-            state["ws"], state["slots"] = step(state["ws"], state["slots"], grads)
-            return state["ws"]
-
-        _store(out, name, median_ms(run, steps, sync=jax.block_until_ready))
+        zeros = [jnp.zeros(v.shape, "float32") for v in variables]
+        if slots == 2:
+            zeros = [(z, jnp.zeros_like(z)) for z in zeros]
+        state = [[jnp.array(v.value) for v in variables], zeros]
+        _store(out, name, _donated_ms(fn, state, grads, steps))
     return out
 
 
@@ -234,9 +229,14 @@ def main():
                           f"{a:.1f} / {b:.1f} ms = {a / b:.2f}")
     print(f"\nload average at start: {load_at_start}")
     print("GPU rows: no GPU available on this machine (not measured).")
+    sys.path.insert(0, os.path.join(HERE, "study"))
+    from runner import now
+
+    from keras_largebatch._shared import atomic_write
+
     record = {
         "machine": machine,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": now(),
         "command": " ".join(["python", os.path.relpath(sys.argv[0], os.path.dirname(HERE))]
                            + sys.argv[1:]),
         "load_average_at_start": load_at_start,
@@ -244,8 +244,6 @@ def main():
         "ms": table,
         "gpu": "no GPU available",
     }
-    from keras_largebatch._shared import atomic_write
-
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     atomic_write(args.output, json.dumps(record, indent=2))
 

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 
+import kills
 import runner
 import stats
 from keras_largebatch.train import recipe
@@ -350,6 +351,18 @@ BACKEND_SPEED = Plan("backend_speed", "backend_speed",
                            for b in (128, 1024)
                            for s in fixed(b, 0.2, [0, 1], epochs=2)))
 
+# A kill costs at most the updates since the last checkpoint, and the rerun
+# ends bit for bit where the uninterrupted run ends (`kills.py`): per setup
+# of `kills.SETUPS`, `KILLS` runs killed at steps drawn from seed 0.
+KILLS = 10
+KILL_RUNS = Plan("kills", "kill_campaign",
+                 "Kills of the command at random steps, resumed bit for bit",
+                 tuple(dict(kind="kill", setup=name, kill=index, seed=0,
+                            run_backend=backend, program="kills.py")
+                       for name, (backend, *_) in kills.SETUPS.items()
+                       for index in range(KILLS)))
+
 PLANS = {p.name: p for p in (SCALING, DECISIVE, LARS_VS_SGD, DEPTH,
-                             DEPTH_REDUCED, PROBES, SMOKE, BACKEND_SPEED)}
+                             DEPTH_REDUCED, PROBES, SMOKE, BACKEND_SPEED,
+                             KILL_RUNS)}
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 
+import kills
 import plans
 import probes
 import runner
@@ -330,6 +331,24 @@ def speed_lines(results=runner.RESULTS):
         for (m, b), v in sorted(rows.items())]
 
 
+def kill_lines(results=runner.RESULTS):
+    """The `kills` plan: per setup, its kills, the identical resumes, the
+    updates a kill lost and a kill's seconds (kill and rerun)."""
+    lines = ["| setup | machine | kills | identical resumes | updates lost: "
+             "max | median | seconds a kill |", "|---|---|---|---|---|---|---|"]
+    runs = runner.load(os.path.join(results, "kill_campaign.json"))
+    for setup in kills.SETUPS:
+        mine = [r for r in runs if r["setup"] == setup]
+        lost = [r["steps_lost"] for r in mine if r["steps_lost"] is not None]
+        if mine:
+            lines.append(
+                f"| {setup} | {mine[-1]['machine']} | {len(mine)} | "
+                f"{sum(r['identical'] for r in mine)} | {max(lost, default='–')}"
+                f" | {_fmt(stats.median(lost), 1) if lost else '–'} | "
+                f"{stats.median([r['wall_seconds'] for r in mine]):.0f} |")
+    return lines
+
+
 def depth_lines(runs):
     """LARS at depth (`plans.DEPTH`, `DEPTH_REDUCED`), per machine kind and
     budget: each optimizer and batch's sweep on the choosing seed (final
@@ -418,6 +437,9 @@ def write(results=runner.RESULTS):
         results, "critical_batch_probe.json")))
     lines += ["", "## Training speed per backend (`backend_speed`)", ""]
     lines += speed_lines(results)
+    lines += ["", "## Kill and resume (`kills`; a checkpoint every "
+              f"{kills.EVERY} updates: a kill may lose at most {kills.EVERY})",
+              ""] + kill_lines(results)
     lines += ["", "## Retired studies' records"] + retired_lines(results)
     with open(os.path.join(results, "study.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

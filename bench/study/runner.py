@@ -8,6 +8,9 @@ peak), `seed`, `epochs`, `warmup_epochs`, and optionally `variant`, `flags`
 (the command's other flags; `{work_dir}` in a value is the runs' folder),
 `run_backend` (default KERAS_BACKEND's), `micro` (the batch norm batch,
 default 256: larger batches accumulate), `evals` (an epoch, default 4).
+A spec with a `program` (a script beside this file) runs it instead of the
+command: given the spec as JSON and the runs' folder, it writes
+`result.json` in the run's folder, and that is its record.
 `run_key` names a spec and its run's record alike: a rerun skips what is
 done. A record (`<plan>.json`) holds each finished run with its machine.
 """
@@ -37,7 +40,9 @@ WORKLOADS = {
                          resnet_width=16),
 }
 KEY_FIELDS = ("workload", "kind", "phase", "optimizer", "epochs", "batch",
-              "rate", "seed", "variant", "epoch_at", "steps", "run_backend")
+              "rate", "seed", "variant", "epoch_at", "steps", "run_backend",
+              "setup", "kill")
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_key(spec):
@@ -84,6 +89,14 @@ def train_command(argv):
     """The process command line of `keras-largebatch-train argv`."""
     return [sys.executable, "-c",
             "from keras_largebatch.train.main import run; run()", *argv]
+
+
+def process_command(spec, work_dir, data_dir=""):
+    """The process of one run: the spec's `program`, else the command."""
+    if "program" in spec:
+        return [sys.executable, os.path.join(HERE, spec["program"]),
+                json.dumps(spec), work_dir]
+    return train_command(command_line(spec, work_dir, data_dir))
 
 
 def version(package):
@@ -139,7 +152,12 @@ def collect(spec, directory, wall_seconds):
     """The record of a finished run, from its `summary.json`, `history.csv`
     and `evals.csv`: final and per-epoch accuracy and loss, the
     evaluations within epochs [(epoch, updates, val_accuracy), ...], and a
-    grown run's batch and B_simple per epoch and its updates."""
+    grown run's batch and B_simple per epoch and its updates; a program's
+    `result.json`."""
+    if "program" in spec:
+        with open(os.path.join(directory, "result.json")) as f:
+            return dict(spec, **json.load(f),
+                        wall_seconds=round(wall_seconds, 1))
     with open(os.path.join(directory, "summary.json")) as f:
         summary = json.load(f)
     with open(os.path.join(directory, "history.csv"), newline="") as f:
@@ -191,7 +209,7 @@ def save(path, runs, **about):
 
 
 def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
-        log=print):
+        log=print, env=None):
     """Runs the specs not yet in the record, `workers` processes at a time,
     in order. `specs` is a list, or a function of the record's runs
     returning one (a plan's `all_specs`): asked again after each finished
@@ -199,7 +217,8 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
     as they can. With `budget` (seconds) no run starts after it has passed
     and runs still going at its end are stopped (their epoch checkpoints
     let a rerun resume them). A failed run is logged with its stderr's last
-    line and not started again by this call. Returns the runs finished by
+    line and not started again by this call. The processes start from `env`
+    (default this one's environment). Returns the runs finished by
     this call."""
     plan = specs if callable(specs) else (lambda runs: specs)
     deadline = time.monotonic() + budget if budget else float("inf")
@@ -217,11 +236,12 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
             directory = model_dir(spec, work_dir)
             os.makedirs(directory, exist_ok=True)
             err = open(os.path.join(directory, "stderr.txt"), "w")
-            env = dict(os.environ, **({"KERAS_BACKEND": spec["run_backend"]}
-                                      if "run_backend" in spec else {}))
+            own = dict(os.environ if env is None else env,
+                       **({"KERAS_BACKEND": spec["run_backend"]}
+                          if "run_backend" in spec else {}))
             proc = subprocess.Popen(
-                train_command(command_line(spec, work_dir, data_dir)),
-                stdout=subprocess.DEVNULL, stderr=err, env=env)
+                process_command(spec, work_dir, data_dir),
+                stdout=subprocess.DEVNULL, stderr=err, env=own)
             busy[proc] = (spec, time.monotonic(), err)
             log(f"start {run_key(spec)}")
         if time.monotonic() >= deadline:
@@ -248,7 +268,8 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
             runs = load(record_path) + [record]
             save(record_path, runs, updated=datetime.date.today().isoformat())
             finished.append(record)
-            log(f"done {key}: val {record['val_accuracy']:.4f}")
+            log(f"done {key}" + (f": val {record['val_accuracy']:.4f}"
+                                 if "val_accuracy" in record else ""))
             if time.monotonic() < deadline:
                 waiting = todo(runs)
     return finished

@@ -90,10 +90,10 @@ def test_smoke_campaign_fills_every_part(tmp_path):
 def test_backend_not_installed_is_said_and_its_items_wait(
         tmp_path, capsys, campaign_module):
     args = campaign_module.parse_args(["--smoke", "--out", str(tmp_path / "c")])
-    campaign = campaign_module.Campaign(args)
+    campaign = campaign_module.Campaign(args, campaign_module.markdown)
     items = [dict(key="absent|keras|lso_sgd", backend="no_such_backend")]
 
-    assert campaign.run_items("a", items, campaign_module.parts.SMOKE["a"])
+    assert campaign.run_items("a", items, campaign_module.SMOKE["a"])
     assert "no_such_backend is not installed here; its 1 item(s) are not " \
         "measured" in capsys.readouterr().out
     assert campaign.record["a"]["results"] == {}
@@ -116,7 +116,7 @@ def test_report_compares_compiled_torch_with_eager_and_jax(campaign_module):
                     first_step_s=first)
 
     record = dict(
-        a=dict(settings=campaign_module.parts.A_SETTINGS, results={
+        a=dict(settings=campaign_module.A_SETTINGS, results={
             "jax|keras|lso_sgd": result(6000.0, "gpu: NVIDIA H200"),
             "torch|keras|lso_sgd": result(1000.0, "NVIDIA H200"),
             "torch|keras|lars_mixed": result(1010.0, "NVIDIA H200"),

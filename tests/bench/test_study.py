@@ -214,3 +214,37 @@ def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
         assert len(r["val_accuracy_per_epoch"]) == 2 and r["evals"]
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "start" not in again.stdout
+
+
+def test_a_program_spec_runs_its_script_and_records_its_result(tmp_path):
+    """A spec with a `program` (the `kills` plan's) runs that script with
+    the spec and the runs' folder; its `result.json` is the run's record,
+    stamped with the machine of its backend, and a rerun skips it."""
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import json, os, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "import runner\n"
+        "spec, work = json.loads(sys.argv[1]), sys.argv[2]\n"
+        "json.dump(dict(twice=2 * spec['kill']), open(os.path.join("
+        "runner.model_dir(spec, work), 'result.json'), 'w'))\n" % STUDY)
+    spec = dict(kind="kill", setup="torch", kill=21, seed=0,
+                run_backend="torch", program=str(program))
+    record = str(tmp_path / "record.json")
+    finished = runner.run([spec], record, str(tmp_path / "runs"),
+                          log=lambda m: None)
+    assert [r["twice"] for r in finished] == [42]
+    assert runner.run_key(finished[0]) == "kill|0|torch|torch|21"
+    assert "(torch " in finished[0]["machine"]
+    assert runner.load(record) == finished
+    assert runner.run([spec], record, str(tmp_path / "runs")) == []
+
+
+def test_the_kills_plan_covers_every_setup_and_the_report_tabulates_it():
+    kills = plans.PLANS["kills"].all_specs()
+    assert len(kills) == plans.KILLS * len(plans.kills.SETUPS)
+    table = report.kill_lines()
+    # The recorded campaign: every setup's kills resumed bit for bit.
+    for setup in plans.kills.SETUPS:
+        row = [line for line in table if line.startswith(f"| {setup} |")]
+        assert len(row) == 1 and "| 10 | 10 |" in row[0]

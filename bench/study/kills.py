@@ -1,34 +1,29 @@
-"""Kills `keras-largebatch-train` at random steps; counts identical resumes.
+"""The `kills` plan's program: one run of `keras-largebatch-train` SIGKILLed
+after a micro-batch drawn from the spec's seed, started again (every
+process, same command), and compared bit for bit with the setup's
+uninterrupted run, made once per runs' folder (`reference`).
 
-    nice -n 15 python bench/kill_campaign.py --kills 10 [--setups jax,torch]
+    python bench/study/kills.py SPEC_JSON WORK_DIR   # as the runner runs it
 
-Per setup of `SETUPS`: an uninterrupted run, then K runs SIGKILLed (the last
-process of a job) after a random micro-batch, each started again (every
-process, same command). Identical: final weights equal bit for bit; a kill
-costs the updates since the checkpoint the rerun resumed from. Writes
-bench/results/kill_campaign.{json,md}; kills recorded there are skipped.
+Writes `result.json` in the run's folder: where it was killed, where the
+rerun resumed, the updates lost (at most `EVERY`) and whether the final
+weights equal the reference's.
 """
 
-import argparse
+import fcntl
 import json
 import os
 import random
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-from keras_largebatch._shared import atomic_write
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runner  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "study"))
-from runner import machine  # noqa: E402  The study's one machine stamp.
-
-RESULTS = os.path.join(HERE, "results", "kill_campaign")
 EVERY = 2  # --checkpoint_every_steps: a kill loses at most this many updates
 RUN = ["--dataset=digits", "--model=resnet_cifar", "--resnet_depth=8",
        "--resnet_width=4", "--epochs=3", "--warmup_epochs=0.5",
@@ -121,6 +116,23 @@ def job(setup, model_dir, kill=None):
     return [(code, log.read()) for code, log in zip(codes, logs)]
 
 
+def reference(setup, work_dir):
+    """The setup's uninterrupted run in `work_dir`, made by the first kill
+    that needs it (a lock keeps two kills of one setup from both making
+    it)."""
+    path = os.path.join(work_dir, f"{setup}_reference")
+    os.makedirs(work_dir, exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(path, "final.keras")):
+            shutil.rmtree(path, ignore_errors=True)
+            runs = job(setup, path)
+            if any(code for code, _ in runs):
+                sys.exit(f"{setup}: the uninterrupted run failed: "
+                         + runs[-1][1].strip().splitlines()[-1:][0])
+    return path
+
+
 def identical(a, b):
     import keras
     import numpy as np
@@ -130,12 +142,16 @@ def identical(a, b):
     return all(map(np.array_equal, *(m.get_weights() for m in final)))
 
 
-def one_kill(setup, index, seed, work):
+def one_kill(spec, work_dir):
+    """Kills a run of the spec's setup after a micro-batch drawn from its
+    seed and index, reruns it and compares it with the reference."""
+    setup, index = spec["setup"], spec["kill"]
     steps = SETUPS[setup][3]
-    at = random.Random(f"{seed}-{setup}-{index}").randrange(3 * steps - 1)
-    model_dir = os.path.join(work, f"{setup}_{index}")
+    at = random.Random(f"{spec['seed']}-{setup}-{index}").randrange(
+        3 * steps - 1)
+    same_as = reference(setup, work_dir)
+    model_dir = os.path.join(runner.model_dir(spec, work_dir), "run")
     shutil.rmtree(model_dir, ignore_errors=True)
-    start = time.time()
     killed = job(setup, model_dir, kill=f"{at // steps},{at % steps}")
     again = job(setup, model_dir)
     hit = re.search(r"killed in epoch (\d+) at step (\d+)",
@@ -145,80 +161,20 @@ def one_kill(setup, index, seed, work):
     lost = None
     if hit and resumed:
         lost = int(hit[2]) - (int(resumed[2]) if hit[1] == resumed[1] else 0)
-    same = ok and identical(os.path.join(work, f"{setup}_reference"),
-                            model_dir)
+    same = ok and identical(same_as, model_dir)
     shutil.rmtree(model_dir, ignore_errors=True)
-    return {"setup": setup, "kill": index, "machine": machine(SETUPS[setup][0]),
-            "killed_after_micro_batch": at,
+    return {"killed_after_micro_batch": at,
             "killed_at": hit and hit[0], "resumed": resumed and resumed[0],
             "rerun_ok": ok, "identical": same, "steps_lost": lost,
-            "seconds": round(time.time() - start, 1),
             "tail": "" if ok else again[-1][1][-800:]}
-
-
-def report(record):
-    rows = ["| setup | machine | kills | identical resumes | updates lost: "
-            "max | median | seconds a kill (kill + rerun) |",
-            "|---|---|---|---|---|---|---|"]
-    for setup in SETUPS:
-        kills = [r for r in record["kills"] if r["setup"] == setup]
-        lost = [r["steps_lost"] for r in kills if r["steps_lost"] is not None]
-        if kills:
-            rows.append(f"| {setup} | {kills[-1].get('machine', '?')} | "
-                        f"{len(kills)} | "
-                        f"{sum(r['identical'] for r in kills)} | "
-                        f"{max(lost, default='-')} | "
-                        f"{f'{statistics.median(lost):g}' if lost else '-'} | "
-                        f"{statistics.median(r['seconds'] for r in kills):.0f} |")
-    return (f"# Kill campaign\n\n`{record['command']}` "
-            f"({record['date']}); a checkpoint every {EVERY} updates "
-            "(`--checkpoint_every_steps`), so a kill may lose at most "
-            f"{EVERY}.\n\n" + "\n".join(rows) + "\n")
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    for name, default in (("kills", 10), ("seed", 0)):
-        parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--setups", default=",".join(SETUPS))
-    parser.add_argument("--record", default=RESULTS,
-                        help="writes RECORD.json and RECORD.md (resumed from)")
-    parser.add_argument("--work", default=os.path.join(
-        tempfile.gettempdir(), "kill_campaign"))
-    args = parser.parse_args()
-    record = {"kills": []}
-    if os.path.exists(args.record + ".json"):
-        with open(args.record + ".json") as f:
-            record = json.load(f)
-    record.update(date=machine().rsplit(", ", 1)[-1],
-                  command="python bench/kill_campaign.py " + " ".join(
-                      sys.argv[1:]))
-    done = {(r["setup"], r["kill"]) for r in record["kills"]}
-    for setup in args.setups.split(","):
-        reference = os.path.join(args.work, f"{setup}_reference")
-        for index in range(args.kills):
-            if (setup, index) in done:
-                continue
-            if not os.path.exists(os.path.join(reference, "final.keras")):
-                shutil.rmtree(reference, ignore_errors=True)
-                runs = job(setup, reference)
-                if any(code for code, _ in runs):
-                    print(f"{setup}: the uninterrupted run failed:\n"
-                          + runs[-1][1][-2000:], flush=True)
-                    break
-            result = one_kill(setup, index, args.seed, args.work)
-            print(json.dumps(result), flush=True)
-            record["kills"].append(result)
-            os.makedirs(os.path.dirname(os.path.abspath(args.record)),
-                        exist_ok=True)
-            for suffix, text in ((".json", json.dumps(record, indent=1)),
-                                 (".md", report(record))):
-                atomic_write(args.record + suffix, text)
-    print(report(record))
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         child(sys.argv[3:])
     else:
-        main()
+        spec, work = json.loads(sys.argv[1]), sys.argv[2]
+        result = one_kill(spec, work)
+        with open(os.path.join(runner.model_dir(spec, work), "result.json"),
+                  "w") as f:
+            json.dump(result, f)
