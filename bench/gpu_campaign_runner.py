@@ -207,49 +207,13 @@ def task_a(task):
     keras.backend.clear_session()
     keras.config.set_dtype_policy(s["precision"])
     model = apps.build_model(task["model"], s["size"])
-    first = time_first_step(model, task["key"])
     label, name = OPTIMIZERS[task["optimizer"]]
     optimizer = bench_module("optimizer_step").optimizers()[name]()
     result = apps.fit_images_per_s(
         model, optimizer, s["batch"], s["size"], s["steps"], s["warmup"],
         jit_compile=True if task.get("compiled") else "auto")
     keras.config.set_dtype_policy("float32")
-    return dict(result, first_step_s=first.get("seconds"),
-                model=apps.LABELS[task["model"]], optimizer=label)
-
-
-def time_first_step(model, key):
-    """A dict that gets `seconds`: from `fit`'s making of the train
-    function to the end of the first step (compilation included), also
-    logged at once, so that an item that runs out of time says whether it
-    compiled. Only the first call is wrapped."""
-    import keras
-
-    timing = {}
-    make = model.make_train_function
-
-    def make_timed(force=False):
-        start = time.perf_counter()
-        make(force)
-        function = model.train_function
-        if timing or function is None or getattr(function, "timed", False):
-            return
-
-        def first_call(*args, **kwargs):
-            out = function(*args, **kwargs)
-            # Waits for the step: one leaf's value leaves the device.
-            keras.ops.convert_to_numpy(keras.tree.flatten(out)[0])
-            timing["seconds"] = time.perf_counter() - start
-            print(f"{key}: first step after {timing['seconds']:.1f} s",
-                  file=sys.stderr, flush=True)
-            model.train_function = function
-            return out
-
-        first_call.timed = True
-        model.train_function = first_call
-
-    model.make_train_function = make_timed
-    return timing
+    return dict(result, model=apps.LABELS[task["model"]], optimizer=label)
 
 
 def task_b(task):

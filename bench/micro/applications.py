@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 
 # name -> ResNet50 kwargs; "keras" is keras.applications.ResNet50.
@@ -57,7 +58,9 @@ def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
     """Images/s of `model.fit`'s compiled train step with `optimizer`
     (`jit_compile` as `model.compile` takes it): one synthetic batch on the
     device, fed every step (no input pipeline or copy is timed), `batch /
-    median(step time)` over the last `steps` of `warmup + steps`."""
+    median(step time)` over the last `steps` of `warmup + steps`; and the
+    seconds from `fit`'s start to the end of its first step (compilation
+    included)."""
     import keras
     import numpy as np
 
@@ -78,9 +81,13 @@ def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
     class StepEnds(keras.callbacks.Callback):
         # A batch-end hook makes Keras call it synchronously, with the logs
         # as Python floats: each time is taken once the step's loss is on
-        # the host.
+        # the host. The first is said at once (a run stopped while it
+        # compiles says so by its absence).
         def on_train_batch_end(self, batch, logs=None):
             ends.append(time.perf_counter())
+            if len(ends) == 1:
+                print(f"first step after {ends[0] - start:.1f} s",
+                      file=sys.stderr, flush=True)
 
     start = time.perf_counter()
     model.fit(same_batch(), steps_per_epoch=warmup + steps, epochs=1,
@@ -92,6 +99,7 @@ def fit_images_per_s(model, optimizer, batch, size, steps, warmup,
         "params": model.count_params(),
         "median_step_s": step,
         "images_per_s": batch / step,
+        "first_step_s": ends[1] - start,
         "warmup_s": ends[warmup] - start,
         "steps": len(times),
     }
