@@ -196,7 +196,7 @@ class Campaign:
         return json.loads(lines[-1][len("RESULT "):]), None
 
 
-# ---------------------------------------------------------- in workers
+# ------------------------------------------------- in the tasks' processes
 
 
 def task_a(task):

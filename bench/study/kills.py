@@ -128,8 +128,8 @@ def reference(setup, work_dir):
             shutil.rmtree(path, ignore_errors=True)
             runs = job(setup, path)
             if any(code for code, _ in runs):
-                sys.exit(f"{setup}: the uninterrupted run failed: "
-                         + runs[-1][1].strip().splitlines()[-1:][0])
+                sys.exit(f"{setup}: the uninterrupted run failed: " + (
+                    runs[-1][1].strip().splitlines() or ["no output"])[-1])
     return path
 
 
@@ -173,6 +173,8 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         child(sys.argv[3:])
     else:
+        # The runner's stop at its budget: the job's processes go too.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
         spec, work = json.loads(sys.argv[1]), sys.argv[2]
         result = one_kill(spec, work)
         with open(os.path.join(runner.model_dir(spec, work), "result.json"),
