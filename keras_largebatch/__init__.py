@@ -14,25 +14,35 @@ import importlib.util as _util
 import os as _os
 import sys as _sys
 
-from keras_largebatch import api_export as _api_export
-from keras_largebatch.adaptive_batch import AdaptiveBatch
-from keras_largebatch.decay import exclude_bias_and_norm
-from keras_largebatch.decay import no_decay_variables
-from keras_largebatch.noise_scale import GradientNoiseScale
-from keras_largebatch.noise_scale import NoiseScaleOptimizer
-from keras_largebatch.optimizers import LAMB
-from keras_largebatch.optimizers import LAMBMixed
-from keras_largebatch.optimizers import LARS
-from keras_largebatch.optimizers import LARSMixed
-from keras_largebatch.precise_bn import PreciseBatchNorm
-from keras_largebatch.precise_bn import recompute_batch_norm_statistics
-from keras_largebatch.schedules import WarmupPolynomialDecay
-from keras_largebatch.schedules import mlperf_lars_rate
-from keras_largebatch.schedules import scale_learning_rate
+from keras_largebatch import _backend  # imports nothing of Keras
 
 __version__ = "0.1.0"
 
-__all__ = _api_export.public_names(__name__)
+_MISSING = _backend.missing()
+if _MISSING:
+    # Importing Keras would fail on its backend: import none of it, so that
+    # `keras-largebatch-train` (train/cli.py) says so in one line; any name
+    # of the package raises that line.
+    def __getattr__(name):
+        raise ImportError(_MISSING)
+else:
+    from keras_largebatch import api_export as _api_export
+    from keras_largebatch.adaptive_batch import AdaptiveBatch
+    from keras_largebatch.decay import exclude_bias_and_norm
+    from keras_largebatch.decay import no_decay_variables
+    from keras_largebatch.noise_scale import GradientNoiseScale
+    from keras_largebatch.noise_scale import NoiseScaleOptimizer
+    from keras_largebatch.optimizers import LAMB
+    from keras_largebatch.optimizers import LAMBMixed
+    from keras_largebatch.optimizers import LARS
+    from keras_largebatch.optimizers import LARSMixed
+    from keras_largebatch.precise_bn import PreciseBatchNorm
+    from keras_largebatch.precise_bn import recompute_batch_norm_statistics
+    from keras_largebatch.schedules import WarmupPolynomialDecay
+    from keras_largebatch.schedules import mlperf_lars_rate
+    from keras_largebatch.schedules import scale_learning_rate
+
+    __all__ = _api_export.public_names(__name__)
 
 
 def _map_applications():
@@ -59,8 +69,8 @@ def _map_applications():
     spec.loader.exec_module(module)
 
 
-_map_applications()
-
-# Registers the applications' layers (`keras_largebatch>PadChannels`), so a
-# model that uses them loads after `import keras_largebatch` alone.
-from keras_largebatch import applications  # noqa: E402
+if not _MISSING:
+    _map_applications()
+    # Registers the applications' layers (`keras_largebatch>PadChannels`),
+    # so a model that uses them loads after `import keras_largebatch` alone.
+    from keras_largebatch import applications  # noqa: E402,F401

@@ -1,5 +1,5 @@
 """The noise-scale tests' problem: a linear regression whose B_simple is
-known in closed form (tests/test_noise_scale.py derives it)."""
+known in closed form (tests/noise_scale/test_estimator.py derives it)."""
 
 import keras
 import numpy as np

@@ -35,7 +35,8 @@ MULTI_PROCESS=(tests/train/test_train_processes.py
 NO_TF_TESTS=(tests/train tests/optimizers
              --deselect tests/train/test_train_without_tensorflow.py)
 for test in "${MULTI_PROCESS[@]}"; do NO_TF_TESTS+=(--deselect "$test"); done
-MAIN_TESTS=(tests/applications tests/distribute tests/package tests/test_*.py
+MAIN_TESTS=(tests/adaptive_batch tests/applications tests/distribute
+            tests/noise_scale tests/package tests/test_*.py
             "${MULTI_PROCESS[@]}"
             $(grep -lE 'importorskip\("tensorflow"\)|import tensorflow|tf_data' \
               tests/train/test_*.py))

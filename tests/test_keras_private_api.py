@@ -24,13 +24,14 @@ from keras_largebatch import adaptive_batch
 from keras_largebatch import noise_scale
 from keras_largebatch import precise_bn
 from keras_largebatch.optimizers import checkpoint
+from keras_largebatch.optimizers import keras_apply
 from keras_largebatch.optimizers import lamb
 from keras_largebatch.optimizers import lars
 from keras_largebatch.optimizers import layerwise
 from keras_largebatch.optimizers import mixed
-from keras_largebatch.train import outputs
+from keras_largebatch.train.checkpointing import backup
 
-KERAS_CHECKED = "3.12.4 and 3.15.1"
+KERAS_CHECKED = "3.12.4, 3.15.1 and the nightly 3.16.0.dev2026102704"
 
 OPTIMIZER = keras.optimizers.Optimizer
 BACKUP = keras.callbacks.BackupAndRestore
@@ -69,13 +70,11 @@ METHODS = [
     (OPTIMIZER, "_apply_weight_decay", ["variables"],
      "overridden by LayerwiseOptimizer: weight decay is coupled into the "
      "update instead"),
-    (OPTIMIZER, "_use_weight_decay", ["variable"],
-     "LayerwiseOptimizer.is_decayed honours Keras' "
-     "exclude_from_weight_decay(var_list=..., var_names=...)"),
     (OPTIMIZER, "_var_key", ["variable"],
      "LayerwiseOptimizer and MixedOptimizer: the key of a variable's rule, "
-     "its float32 master and its squared norm in a GradientStep; on "
-     "TensorFlow it resolves the raw tf.Variable that update_step receives"),
+     "its float32 master, its squared norm in a GradientStep and its entry "
+     "in exclude_from_weight_decay(var_list=...); on TensorFlow it resolves "
+     "the raw tf.Variable that update_step receives"),
     (OPTIMIZER, "_get_variable_index", ["variable"],
      "LARS/LAMB update_step and their torch paths: a variable's slots; "
      "LayerwiseOptimizer.apply and NoiseScaleOptimizer: a variable's "
@@ -119,14 +118,18 @@ TENSORFLOW_OPTIMIZER_STATE = [
      "LayerwiseOptimizer's TensorFlow update runs in the strategy the "
      "optimizer was made in, as Keras' does"),
 ]
-# Bodies, not only signatures: `LayerwiseOptimizer.apply` and
-# `_apply_gradients` (optimizers/layerwise.py) repeat the steps of Keras' `apply` and
-# `_backend_apply_gradients`, and on TensorFlow `_tensorflow_update_step`
+# Bodies, not only signatures: `keras_apply.apply` and `apply_gradients`
+# (optimizers/keras_apply.py) repeat the steps of Keras' `apply` and
+# `_backend_apply_gradients`, and on TensorFlow `tensorflow_update_step`
 # repeats `_backend_update_step`; a step Keras adds to one of them would be
 # skipped silently. The seven private methods `apply` reaches, which the
 # package calls in turn, are pinned with them.
-REIMPLEMENTED = ["apply", "_backend_apply_gradients"]
-TENSORFLOW_REIMPLEMENTED = ["_backend_update_step"]
+# Keras' method -> the package's copy of its steps.
+COPIES = {"apply": keras_apply.apply,
+          "_backend_apply_gradients": keras_apply.apply_gradients}
+TENSORFLOW_COPIES = {"_backend_update_step": keras_apply.tensorflow_update_step}
+REIMPLEMENTED = list(COPIES)
+TENSORFLOW_REIMPLEMENTED = list(TENSORFLOW_COPIES)
 CALLED = ["_check_variables_are_known", "_filter_empty_gradients",
           "_overwrite_variables_directly_with_gradients", "_clip_gradients",
           "_backend_increment_gradient_accumulators",
@@ -153,7 +156,23 @@ _BODIES_3_12_TO_3_15 = {
     "BaseOptimizer._update_model_variables_moving_average":
         "ae5df2205d65bb21",
 }
-BODIES = {"3.12.4": _BODIES_3_12_TO_3_15, "3.15.1": _BODIES_3_12_TO_3_15}
+# keras-nightly 3.16.0.dev2026102704: `_backend_apply_gradients` hands the
+# EMA overwrite to a new `_backend_maybe_overwrite_model_variables` (on
+# TensorFlow under `merge_call`), the step `keras_apply.apply_gradients`
+# takes as a `where`; the four others call `backend.ops.numpy` for `ops`, no
+# step changed.
+_BODIES_3_16_DEV = {
+    **_BODIES_3_12_TO_3_15,
+    "BaseOptimizer._backend_apply_gradients": "4de6fa4f3a26833f",
+    "BaseOptimizer._overwrite_variables_directly_with_gradients":
+        "fc2fe2ef711604ee",
+    "BaseOptimizer._clip_gradients": "09c1f7e0bfe4e0ee",
+    "BaseOptimizer._backend_reset_gradient_accumulators": "e41254cd564cc032",
+    "BaseOptimizer._update_model_variables_moving_average":
+        "28f9ba7a0c8c1ee4",
+}
+BODIES = {"3.12.4": _BODIES_3_12_TO_3_15, "3.15.1": _BODIES_3_12_TO_3_15,
+          "3.16.0.dev2026102704": _BODIES_3_16_DEV}
 BACKUP_STATE = ["_weights_path", "_training_metadata_path", "_current_epoch",
                 "_last_batch_seen"]
 SEED_GENERATORS = ("the command's Backup saves the state of every layer's "
@@ -175,7 +194,7 @@ OVERRIDES = [
     (noise_scale.GradientNoiseScale, keras.callbacks.Callback, []),
     (adaptive_batch.AdaptiveBatch, keras.callbacks.Callback, []),
     (precise_bn.PreciseBatchNorm, keras.callbacks.Callback, []),
-    (outputs.Backup, BACKUP, ["_load_model", "_save_model"]),
+    (backup.Backup, BACKUP, ["_load_model", "_save_model"]),
 ]
 
 
@@ -346,6 +365,13 @@ def _bodies():
     return found
 
 
+def _where(function):
+    """`module.function` (path) of the package's copy of a Keras body."""
+    module = inspect.getmodule(function)
+    path = module.__name__.replace(".", "/") + ".py"
+    return f"`{module.__name__.rsplit('.', 1)[1]}.{function.__name__}` ({path})"
+
+
 def test_reimplemented_keras_bodies_are_the_checked_ones():
     version = keras.__version__
     if version not in BODIES:
@@ -353,8 +379,9 @@ def test_reimplemented_keras_bodies_are_the_checked_ones():
             f"Keras {version}: no method bodies recorded (checked: "
             f"{', '.join(BODIES)}). Compare Keras' Optimizer.apply and "
             "_backend_apply_gradients (and TensorFlow's "
-            "_backend_update_step) with LayerwiseOptimizer.apply, "
-            "_apply_gradients and _tensorflow_update_step; then run "
+            "_backend_update_step) with keras_apply.apply, "
+            "apply_gradients and tensorflow_update_step "
+            "(optimizers/keras_apply.py); then run "
             f"`KERAS_BACKEND=... python {__file__}` on each backend and add "
             "what it prints to BODIES.")
     recorded = BODIES[version]
@@ -363,18 +390,50 @@ def test_reimplemented_keras_bodies_are_the_checked_ones():
         if recorded.get(name) == digest:
             continue
         method = name.rsplit(".", 1)[1]
-        what = ("LayerwiseOptimizer.apply/_apply_gradients/"
-                "_tensorflow_update_step repeat its steps: add any new step "
-                "there" if method in REIMPLEMENTED + TENSORFLOW_REIMPLEMENTED
-                else "LayerwiseOptimizer.apply calls it: check it still does "
-                "what the row of METHODS says")
+        copy = {**COPIES, **TENSORFLOW_COPIES}.get(method)
+        what = (f"{_where(copy)} repeats its steps: add any new step there"
+                if copy is not None
+                else f"{_where(keras_apply.apply)} calls it: check it still "
+                "does what the row of METHODS says")
         changed.append(
             f"The body of Keras' `{name}` is not the one recorded for Keras "
             f"{version} (sha256 {digest}, recorded "
-            f"{recorded.get(name)}): {what} (optimizers/layerwise.py), "
-            "then record the new hash in BODIES.")
+            f"{recorded.get(name)}): {what}, then record the new hash in "
+            "BODIES.")
     assert not changed, "\n".join(changed)
 
 
 if __name__ == "__main__":
     print(json.dumps({keras.__version__: _bodies()}, indent=4))
+
+
+def test_weights_made_in_memory_are_the_bytes_save_weights_reads(tmp_path):
+    # The command's checkpoints are made in memory (`checkpointing.files.
+    # weights_bytes`: Keras' private `saving_lib.H5IOStore` on a BytesIO and
+    # `saving_lib._save_state`), so a full disk fails as a plain write.
+    from keras.src.saving import saving_lib
+
+    from keras_largebatch.train.checkpointing import files
+
+    for name, parameters in (("_save_state", [
+            "saveable", "weights_store", "assets_store", "inner_path",
+            "visited_saveables"]),):
+        found = list(inspect.signature(getattr(saving_lib, name)).parameters)
+        assert found[:len(parameters)] == parameters, _changed(
+            "keras.src.saving.saving_lib", name, "checkpointing.files."
+            "weights_bytes builds a checkpoint's weights in memory")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                  loss="mse")
+    model.fit(np.ones((4, 3)), np.ones((4, 2)), verbose=0)
+    path = tmp_path / "w.weights.h5"
+    path.write_bytes(files.weights_bytes(model))
+    again = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    again.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                  loss="mse")
+    again.optimizer.build(again.trainable_variables)
+    again.load_weights(str(path))
+    for a, b in zip(model.weights + model.optimizer.variables,
+                    again.weights + again.optimizer.variables):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
+                                      keras.ops.convert_to_numpy(b))

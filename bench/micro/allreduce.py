@@ -10,7 +10,7 @@ over `--runs` of the slowest worker. Then a 2-worker training step under
 this package's strategy and stock `tf.distribute.MultiWorkerMirroredStrategy`.
 The claims and the results: docs/benchmarks.md.
 
-Usage: `python bench/micro/allreduce.py [--runs 5] [--workers 2 4]`.
+Usage: `python -m bench.micro.allreduce [--runs 5] [--workers 2 4]`.
 Writes `bench/results/allreduce.json` (or `--out`).
 """
 
@@ -25,9 +25,9 @@ import time
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import localhost
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(HERE, "study"))
-from runner import RESULTS, machine, now  # noqa: E402
+import bench
+from bench.study.runner import RESULTS, machine, now
+
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
            "ours topk 1%", "ours topk 0.1%", "flat buffer"]
 
@@ -35,10 +35,12 @@ METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
 def _launch(n, mode, args):
     tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
     outs = [os.path.join(tmp, f"{i}.json") for i in range(n)]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    env = bench.environ(dict(os.environ, KERAS_BACKEND="tensorflow",
+                             TF_CPP_MIN_LOG_LEVEL="2"))
     codes = localhost.run(
-        [[sys.executable, __file__, "--mode", mode,
-          "--args", json.dumps(dict(args, out=out))] for out in outs],
+        [bench.command("bench.micro.allreduce", "--mode", mode,
+                       "--args", json.dumps(dict(args, out=out)))
+         for out in outs],
         900, env=env)
     if any(codes):
         raise RuntimeError(f"worker failed: {codes}")
@@ -202,7 +204,8 @@ def main():
     result = {
         "machine": machine("tensorflow") + ", loopback gRPC",
         "date": now(),
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "command": " ".join([os.path.basename(sys.executable), "-m",
+                             "bench.micro.allreduce", *sys.argv[1:]]),
         "load_average": os.getloadavg(),
         "tensors": len(shapes), "mebibytes": round(mb, 1),
         "runs": flags.runs,

@@ -4,7 +4,7 @@ Each configuration with the same backend, dtype policy and optimizer
 (`LARSMixed`): `fit_images_per_s`, which the GPU check reuses. The GPU
 claim is `--size 224 --batch 256 --precision mixed_float16 --steps 20`.
 
-    python bench/micro/applications.py --backend jax --size 64 --batch 32 --steps 5
+    python -m bench.micro.applications --backend jax --size 64 --batch 32 --steps 5
 
 Prints a Markdown table and writes `bench/results/applications.json`.
 """
@@ -16,6 +16,8 @@ import platform
 import statistics
 import sys
 import time
+
+from bench.study import runner
 
 # name -> ResNet50 kwargs; "keras" is keras.applications.ResNet50.
 CONFIGS = {
@@ -135,8 +137,7 @@ def main():
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help="comma-separated subset of: " + ", ".join(CONFIGS))
     p.add_argument("--out", default=os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
-        "applications.json"))
+        runner.RESULTS, "applications.json"))
     args = p.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     import keras

@@ -6,8 +6,8 @@ of `--sizes`, tf.data's threads at 1 and at all cores; per core: images per
 CPU-second of this process. `--fashion_mnist` compares tf.data and Grain
 instead. The method and the results: docs/benchmarks.md.
 
-    python bench/micro/input_pipeline.py [--images 384] [--sizes 224,67]
-    python bench/micro/input_pipeline.py --fashion_mnist [--batch 256]
+    python -m bench.micro.input_pipeline [--images 384] [--sizes 224,67]
+    python -m bench.micro.input_pipeline --fashion_mnist [--batch 256]
 """
 
 import argparse
@@ -22,12 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
+from bench.study.runner import RESULTS, machine, now
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import imagenet
-
-sys.path.insert(0, os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study"))
-from runner import RESULTS, machine, now  # noqa: E402
 
 MACHINE = machine("tensorflow")
 SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
@@ -112,7 +109,8 @@ def write(name, **fields):
     """`bench/results/<name>`: the machine, the date, the command, `fields`."""
     path = os.path.join(RESULTS, name)
     atomic_write(path, json.dumps(dict(
-        machine=MACHINE, date=now(), command="python " + " ".join(sys.argv),
+        machine=MACHINE, date=now(), command=" ".join(
+            ["python -m bench.micro.input_pipeline", *sys.argv[1:]]),
         **fields), indent=2))
     print(f"wrote {path}")
 

@@ -5,13 +5,12 @@ are packed into one buffer and unpacked back, inside `tf.function`, as the
 fused all-reduce does: float32 -> float32, and float32 -> float16 scaled by
 1/8 and back (fp16 transport). Medians over `--repeats` calls after a warm-up.
 
-    python bench/micro/native_pack.py [--repeats 10]
+    python -m bench.micro.native_pack [--repeats 10]
 """
 
 import argparse
 import json
 import os
-import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -19,13 +18,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bench.micro.optimizer_step import median_ms
+from bench.study.runner import RESULTS, machine
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import native
-from optimizer_step import median_ms  # bench/micro/, beside this file
-
-sys.path.insert(0, os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study"))
-from runner import RESULTS, machine  # noqa: E402
 
 
 def main():

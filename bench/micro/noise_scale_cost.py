@@ -5,8 +5,8 @@ alternately without the noise scale and with it every `--intervals`
 updates: the median step time after `--warmup` steps, wall and CPU, and
 the overhead. The method and the results: docs/benchmarks.md.
 
-    python bench/micro/noise_scale_cost.py
-    python bench/micro/noise_scale_cost.py --backends jax --steps 40 --intervals 1 4
+    python -m bench.micro.noise_scale_cost
+    python -m bench.micro.noise_scale_cost --backends jax --steps 40 --intervals 1 4
 
 Prints a Markdown table and writes bench/results/noise_scale_cost.json.
 """
@@ -21,8 +21,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(HERE, "results", "noise_scale_cost.json")
+import bench
+from bench.study import runner
+
+RESULTS = os.path.join(runner.RESULTS, "noise_scale_cost.json")
 
 
 def build(name):
@@ -119,9 +121,11 @@ def main():
         return
     results = {}
     for backend in args.backends:
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+        env = bench.environ(dict(os.environ, KERAS_BACKEND=backend,
+                                 TF_CPP_MIN_LOG_LEVEL="3"))
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", *sys.argv[1:]],
+            bench.command("bench.micro.noise_scale_cost", "--child",
+                          *sys.argv[1:]),
             env=env, capture_output=True, text=True, check=True)
         results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
     print("| backend | model | params | step ms | every | with GNS ms | "

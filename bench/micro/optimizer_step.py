@@ -3,8 +3,8 @@ mixed variants against their Keras baselines, each backend in a process of
 its own, its step run as its trainer runs it, and the floors of plain
 jitted JAX (`_jax_floor`). The method and the results: docs/benchmarks.md.
 
-    python bench/micro/optimizer_step.py                      # all three backends
-    python bench/micro/optimizer_step.py --backends jax --steps 30
+    python -m bench.micro.optimizer_step                      # all three backends
+    python -m bench.micro.optimizer_step --backends jax --steps 30
 
 Prints a Markdown table and writes bench/results/optimizer_step.json.
 """
@@ -19,8 +19,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(HERE, "results", "optimizer_step.json")
+import bench
+from bench.study import runner
+
+RESULTS = os.path.join(runner.RESULTS, "optimizer_step.json")
 
 
 def median_ms(fn, steps, warmup=3, sync=lambda out: None):
@@ -197,9 +199,11 @@ def main():
     load_at_start = os.getloadavg()
     table = {}
     for backend in args.backends.split(","):
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+        env = bench.environ(dict(os.environ, KERAS_BACKEND=backend,
+                                 TF_CPP_MIN_LOG_LEVEL="3"))
         out = subprocess.run(
-            [sys.executable, __file__, "--child", "--steps", str(args.steps)],
+            bench.command("bench.micro.optimizer_step", "--child", "--steps",
+                          args.steps),
             env=env, capture_output=True, text=True, timeout=1800)
         lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode or not lines:
@@ -229,16 +233,13 @@ def main():
                           f"{a:.1f} / {b:.1f} ms = {a / b:.2f}")
     print(f"\nload average at start: {load_at_start}")
     print("GPU rows: no GPU available on this machine (not measured).")
-    sys.path.insert(0, os.path.join(HERE, "study"))
-    from runner import now
-
     from keras_largebatch._shared import atomic_write
 
     record = {
         "machine": machine,
-        "date": now(),
-        "command": " ".join(["python", os.path.relpath(sys.argv[0], os.path.dirname(HERE))]
-                           + sys.argv[1:]),
+        "date": runner.now(),
+        "command": " ".join(["python -m bench.micro.optimizer_step",
+                             *sys.argv[1:]]),
         "load_average_at_start": load_at_start,
         "steps": args.steps,
         "ms": table,

@@ -3,11 +3,18 @@ after a micro-batch drawn from the spec's seed, started again (every
 process, same command), and compared bit for bit with the setup's
 uninterrupted run, made once per runs' folder (`reference`).
 
-    python bench/study/kills.py SPEC_JSON WORK_DIR   # as the runner runs it
+    python -m bench.study.kills SPEC_JSON WORK_DIR   # as the runner runs it
 
-Writes `result.json` in the run's folder: where it was killed, where the
-rerun resumed, the updates lost (at most `EVERY`) and whether the final
-weights equal the reference's.
+A spec with a `fault` (`damage`) also damages the run's newest checkpoint
+file between the kill and the rerun, truncated to half or deleted (drawn
+from the seed): the rerun must fall back to the newest checkpoint that
+loads whole, say what it skipped, and still end bit for bit where the
+reference ends.
+
+Writes `result.json` in the run's folder: where it was killed, the file
+damaged and how, where the rerun resumed and what it skipped, the updates
+lost (at most `EVERY` without a fault) and whether the final weights equal
+the reference's.
 """
 
 import fcntl
@@ -21,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runner  # noqa: E402
+import bench
+from bench.study import runner
 
 EVERY = 2  # --checkpoint_every_steps: a kill loses at most this many updates
 RUN = ["--dataset=digits", "--model=resnet_cifar", "--resnet_depth=8",
@@ -50,7 +57,8 @@ def child(argv):
     """The command, SIGKILLed after micro-batch b of epoch e (KILL_AT=e,b)."""
     import keras
 
-    from keras_largebatch.train import main, step_checkpoints
+    from keras_largebatch.train import checkpointing
+    from keras_largebatch.train import main
 
     if os.environ.get("KILL_AT"):
         at = tuple(map(int, os.environ["KILL_AT"].split(",")))
@@ -63,7 +71,7 @@ def child(argv):
             def on_train_batch_end(self, batch, logs=None):
                 if (self.epoch, batch) == at:
                     step = [c.step for c in self.others if isinstance(
-                        c, step_checkpoints.StepCheckpoints)][0]
+                        c, checkpointing.StepCheckpoints)][0]
                     print(f"killed in epoch {at[0] + 1} at step {step}",
                           flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -84,9 +92,9 @@ def job(setup, model_dir, kill=None):
     from keras_largebatch.distribute import localhost
 
     backend, count, flags, _ = SETUPS[setup]
-    command = [sys.executable, os.path.abspath(__file__), "--child", "--",
-               *RUN, *flags, f"--model_dir={model_dir}"]
-    env = {k: v for k, v in os.environ.items()
+    command = bench.command("bench.study.kills", "--child", "--", *RUN,
+                            *flags, f"--model_dir={model_dir}")
+    env = {k: v for k, v in bench.environ().items()
            if k not in ("KILL_AT", "TF_CONFIG")}
     env["KERAS_BACKEND"] = backend
     ports = localhost.free_ports(count)
@@ -142,17 +150,37 @@ def identical(a, b):
     return all(map(np.array_equal, *(m.get_weights() for m in final)))
 
 
+def damage(model_dir, draw):
+    """Truncates to half or deletes (drawn by `draw`) the newest file of the
+    run's checkpoints (`backup/`, `checkpoints/`); returns what it did."""
+    files = [os.path.join(d, name) for d in (
+        os.path.join(model_dir, "backup"), os.path.join(model_dir, "checkpoints"))
+        if os.path.isdir(d) for name in os.listdir(d)
+        if not name.startswith(".")]
+    if not files:
+        return None
+    newest = max(files, key=lambda f: (os.stat(f).st_mtime_ns, f))
+    how = draw.choice(("truncate", "delete"))
+    if how == "delete":
+        os.remove(newest)
+    else:
+        with open(newest, "r+b") as f:
+            f.truncate(os.path.getsize(newest) // 2)
+    return f"{how} {os.path.relpath(newest, model_dir)}"
+
+
 def one_kill(spec, work_dir):
     """Kills a run of the spec's setup after a micro-batch drawn from its
     seed and index, reruns it and compares it with the reference."""
     setup, index = spec["setup"], spec["kill"]
     steps = SETUPS[setup][3]
-    at = random.Random(f"{spec['seed']}-{setup}-{index}").randrange(
-        3 * steps - 1)
+    draw = random.Random(f"{spec['seed']}-{setup}-{index}")
+    at = draw.randrange(3 * steps - 1)
     same_as = reference(setup, work_dir)
     model_dir = os.path.join(runner.model_dir(spec, work_dir), "run")
     shutil.rmtree(model_dir, ignore_errors=True)
     killed = job(setup, model_dir, kill=f"{at // steps},{at % steps}")
+    damaged = damage(model_dir, draw) if spec.get("fault") else None
     again = job(setup, model_dir)
     hit = re.search(r"killed in epoch (\d+) at step (\d+)",
                     "".join(o for _, o in killed))
@@ -163,7 +191,9 @@ def one_kill(spec, work_dir):
         lost = int(hit[2]) - (int(resumed[2]) if hit[1] == resumed[1] else 0)
     same = ok and identical(same_as, model_dir)
     shutil.rmtree(model_dir, ignore_errors=True)
-    return {"killed_after_micro_batch": at,
+    skipped = re.search(r"^.*skipp.*$", again[0][1], re.M)
+    return {"killed_after_micro_batch": at, "damaged": damaged,
+            "skipped": skipped and skipped[0].strip(),
             "killed_at": hit and hit[0], "resumed": resumed and resumed[0],
             "rerun_ok": ok, "identical": same, "steps_lost": lost,
             "tail": "" if ok else again[-1][1][-800:]}

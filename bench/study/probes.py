@@ -14,7 +14,7 @@ whose loss rose left out), B_simple and the batch the defaults ask for.
 import math
 import statistics
 
-import plans
+from bench.study import plans
 from keras_largebatch.adaptive_batch import defaults
 from keras_largebatch.adaptive_batch import policies
 

@@ -8,9 +8,11 @@ peak), `seed`, `epochs`, `warmup_epochs`, and optionally `variant`, `flags`
 (the command's other flags; `{work_dir}` in a value is the runs' folder),
 `run_backend` (default KERAS_BACKEND's), `micro` (the batch norm batch,
 default 256: larger batches accumulate), `evals` (an epoch, default 4).
-A spec with a `program` (a script beside this file) runs it instead of the
-command: given the spec as JSON and the runs' folder, it writes
-`result.json` in the run's folder, and that is its record.
+A spec with a `program` (a module beside this file, named by its file:
+`kills.py` runs `python -m bench.study.kills`) runs it instead of the
+command, with the repository's root on `PYTHONPATH`: given the spec as JSON
+and the runs' folder, it writes `result.json` in the run's folder, and
+that is its record.
 `run_key` names a spec and its run's record alike: a rerun skips what is
 done. A record (`<plan>.json`) holds each finished run with its machine.
 """
@@ -25,6 +27,7 @@ import sys
 import time
 from importlib import metadata
 
+import bench
 from keras_largebatch._shared import atomic_write
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,8 +44,7 @@ WORKLOADS = {
 }
 KEY_FIELDS = ("workload", "kind", "phase", "optimizer", "epochs", "batch",
               "rate", "seed", "variant", "epoch_at", "steps", "run_backend",
-              "setup", "kill")
-HERE = os.path.dirname(os.path.abspath(__file__))
+              "setup", "kill", "fault")
 
 
 def run_key(spec):
@@ -94,8 +96,8 @@ def train_command(argv):
 def process_command(spec, work_dir, data_dir=""):
     """The process of one run: the spec's `program`, else the command."""
     if "program" in spec:
-        return [sys.executable, os.path.join(HERE, spec["program"]),
-                json.dumps(spec), work_dir]
+        module = "bench.study." + spec["program"].removesuffix(".py")
+        return bench.command(module, json.dumps(spec), work_dir)
     return train_command(command_line(spec, work_dir, data_dir))
 
 
@@ -239,6 +241,8 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
             own = dict(os.environ if env is None else env,
                        **({"KERAS_BACKEND": spec["run_backend"]}
                           if "run_backend" in spec else {}))
+            if "program" in spec:
+                own = bench.environ(own)
             proc = subprocess.Popen(
                 process_command(spec, work_dir, data_dir),
                 stdout=subprocess.DEVNULL, stderr=err, env=own)

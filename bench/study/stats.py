@@ -81,7 +81,7 @@ def bootstrap_median(values, draws=20000, rng_seed=0, level=0.95):
 
 def _ratio(a, b):
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(np.isinf(a) & np.isinf(b), np.nan,
+        return np.where(np.isinf(a) & np.isinf(b), 1.0,
                         np.where(np.isinf(b), 0.0, a / b))
 
 
@@ -89,9 +89,12 @@ def ratio_of_medians(a_values, b_values, draws=20000, rng_seed=0, level=0.95):
     """(ratio, low, high) of median(a) / median(b) (None: +infinity): a
     percentile bootstrap with each arm resampled on its own, the bounds the
     (1 -+ level) / 2 quantiles of the drawn ratios (inverted_cdf). Infinite
-    medians: both infinite -> nan (the point; a draw is dropped), only a's
-    -> +inf, only b's -> 0. No draw left: nan bounds. An arm of one value:
-    bounds (0, inf); an empty arm: all three nan."""
+    medians: only a's -> +inf, only b's -> 0, both -> 1, a tie: neither
+    arm got there in that draw, so it shows no difference (dropping such
+    draws would keep only those where one arm reaches, and call an arm
+    reaching in 5 seeds of 10 ahead of one reaching in 1, though both
+    medians are "never"). An arm of one value: bounds (0, inf); an empty
+    arm: all three nan."""
     if not len(a_values) or not len(b_values):
         return math.nan, math.nan, math.nan
     point = float(_ratio(np.array([median(a_values)]),
@@ -101,13 +104,14 @@ def ratio_of_medians(a_values, b_values, draws=20000, rng_seed=0, level=0.95):
     rng = np.random.default_rng(rng_seed)
     ma = np.median(_draws(a_values, draws, rng), axis=1)
     mb = np.median(_draws(b_values, draws, rng), axis=1)
-    r = _ratio(ma, mb)
-    r = r[~np.isnan(r)]
-    if not len(r):
-        return point, math.nan, math.nan
-    lo, hi = np.quantile(r, [(1 - level) / 2, (1 + level) / 2],
+    lo, hi = np.quantile(_ratio(ma, mb), [(1 - level) / 2, (1 + level) / 2],
                          method="inverted_cdf")
     return point, float(lo), float(hi)
+
+
+def reaching(values):
+    """The finite values of `values` (the seeds that reached the target)."""
+    return [v for v in values if v is not None]
 
 
 def mean_difference(a, b, level=0.95):
@@ -201,7 +205,9 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
     difference a - b (Welch, `mean_difference`) with low, high and verdict
     ('higher' better), "targets": {target: a_reached, b_reached, a_median,
     b_median (`bootstrap_median` triples), ratio (a / b,
-    `ratio_of_medians`), verdict ('lower' better; "cannot tell" below
+    `ratio_of_medians`), reaching_ratio (the same among the seeds of each
+    arm that reach the target only: no verdict, it leaves out the seeds
+    that decide most), verdict ('lower' better; "cannot tell" below
     `MIN_SEEDS` seeds in an arm), fisher_p (one direction only: that a
     reaches it more often than b)}. Arms on different machines are refused
     unless `pooled_ok`."""
@@ -220,6 +226,8 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
         ratio = ratio_of_medians(ua, ub, draws, rng_seed)
         out["targets"][t] = dict(
             a_reached=ra, b_reached=rb,
+            reaching_ratio=ratio_of_medians(reaching(ua), reaching(ub),
+                                            draws, rng_seed),
             a_median=bootstrap_median(ua, draws, rng_seed),
             b_median=bootstrap_median(ub, draws, rng_seed),
             ratio=ratio, verdict=verdict(ratio[1], ratio[2], "lower", 1.0)

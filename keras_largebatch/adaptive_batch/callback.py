@@ -181,7 +181,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
         """A run restored within an epoch: the next epoch to begin keeps
         the decision it took before the checkpoint (`pending`, the k
         waiting for its micro-batch then, or None) rather than deciding
-        again from the statistics since (`train.step_checkpoints`)."""
+        again from the statistics since (`train.checkpointing.within_epoch`)."""
         self._resumed = (pending,)
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -5,6 +5,7 @@ from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
+from keras_largebatch.optimizers import norms
 
 
 @keras_largebatch_export("keras_largebatch.LAMB")
@@ -134,7 +135,7 @@ class LAMB(layerwise.LayerwiseOptimizer):
         if rule.decayed:
             r = ops.add(r, ops.multiply(w, self.weight_decay))
         if rule.adapted:
-            w_norm, r_norm = layerwise.norm(w), layerwise.norm(r)
+            w_norm, r_norm = norms.norm(w), norms.norm(r)
             valid = ops.logical_and(w_norm > 0, r_norm > 0)
             trust = layerwise.trust_ratio(w_norm, r_norm, valid)
             if self.trust_clip:

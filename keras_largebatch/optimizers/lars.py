@@ -4,6 +4,7 @@ from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.optimizers import layerwise
+from keras_largebatch.optimizers import norms
 
 
 @keras_largebatch_export("keras_largebatch.LARS")
@@ -130,9 +131,9 @@ class LARS(layerwise.LayerwiseOptimizer):
         wd = self.weight_decay if rule.decayed else 0.0
         g_scale = gradient_step.inverse_scale  # None: g is unscaled
         if rule.adapted:
-            w_norm = layerwise.norm(w)
+            w_norm = norms.norm(w)
             known = self.known_squared_norm(variable, gradient_step)
-            g_norm = layerwise.norm(g) if known is None else ops.sqrt(known)
+            g_norm = norms.norm(g) if known is None else ops.sqrt(known)
             if g_scale is not None:
                 g_norm = g_norm * g_scale
             valid = ops.logical_and(w_norm > 0, g_norm > 0)

@@ -2,7 +2,8 @@
 slots named from the variable's path, coupled weight decay, the per-step
 values a mixed-precision wrapper hands the rule (as an argument, down to
 `update_step`), and the lookup of a rule's fused backend path (the argument
-checks are `keras_largebatch._shared`'s).
+checks are `keras_largebatch._shared`'s, the norms `norms`', the copy of
+Keras' apply loop that hands the step down `keras_apply`'s).
 
 `decayed(w)` and `adapted(w)` are decided once, at `build`, from the Keras
 variable (`keras_largebatch.decay`): kernels only, minus the variables whose
@@ -11,8 +12,8 @@ minus Keras' own `exclude_from_weight_decay(var_list=..., var_names=...)`.
 """
 
 import dataclasses
-import functools
 import importlib
+import re
 import sys
 import types
 from typing import Any
@@ -23,6 +24,10 @@ from keras import ops
 
 from keras_largebatch import decay
 from keras_largebatch._shared import check_number
+from keras_largebatch.optimizers import keras_apply
+# Importable from here as before the norms moved to `norms`.
+from keras_largebatch.optimizers.norms import norm  # noqa: F401
+from keras_largebatch.optimizers.norms import squared_norm  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +109,8 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     """Backend name -> the module of the rule's fused update on that
     backend, whose `update_step(optimizer, grads, variables, learning_rate,
     gradient_step)` replaces the per-variable loop (on TensorFlow, it may
-    run that loop through `_tensorflow_update_step` with its own update of
-    one variable). Imported at `build`
+    run that loop through `keras_apply.tensorflow_update_step` with its own
+    update of one variable). Imported at `build`
     (it imports the backend's framework); inherited by subclasses, as
     Keras' `TorchOptimizer.__new__` is not."""
 
@@ -154,7 +159,8 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
     set it to False to check the fused paths against the generic one."""
 
     def apply(self, grads, trainable_variables=None, gradient_step=None):
-        """Keras' `apply`, given what a mixed-precision wrapper computed.
+        """Keras' `apply`, given what a mixed-precision wrapper computed
+        (Keras' steps, repeated in `keras_apply.apply`).
 
         Args:
             grads, trainable_variables: As `keras.optimizers.Optimizer.apply`.
@@ -182,86 +188,7 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
                 "them. Received: gradient_step.inverse_scale="
                 f"{gradient_step.inverse_scale}"
             )
-        if trainable_variables is None:
-            trainable_variables = self._trainable_variables
-        variables = list(trainable_variables)
-        if not self.built:
-            with keras.name_scope(self.name, caller=self):
-                self.build(variables)
-            self.built = True
-        self._check_variables_are_known(variables)
-        with keras.name_scope(self.name, caller=self):
-            grads, variables = self._filter_empty_gradients(grads, variables)
-            grads, variables = (
-                self._overwrite_variables_directly_with_gradients(
-                    grads, variables
-                )
-            )
-            if grads:
-                if self.loss_scale_factor is not None:
-                    grads = [
-                        g if g is None else g / self.loss_scale_factor
-                        for g in grads
-                    ]
-                self._apply_gradients(grads, variables, gradient_step)
-                for variable in variables:
-                    if variable.constraint is not None:
-                        variable.assign(variable.constraint(variable))
-        if gradient_step.counted:
-            self._iterations.assign_add(
-                1 if gradient_step.finite is None else
-                ops.cast(gradient_step.finite, self._iterations.dtype)
-            )
-
-    def _apply_gradients(self, grads, variables, gradient_step):
-        """Keras' `_backend_apply_gradients` with `gradient_step` handed to
-        `_backend_update_step`. Accumulation (reached on TensorFlow only,
-        with gradients the wrapper summed across replicas and unscaled) is
-        Keras' own `cond`; the EMA overwrite is a `where`, as Keras' JAX
-        optimizer does it, so that a stateless trace can run it."""
-        steps = self.gradient_accumulation_steps
-        if steps:
-            update = ops.equal((self._iterations + 1) % steps, 0)
-            accumulators = [
-                self._accumulated_gradients[self._get_variable_index(v)]
-                for v in variables
-            ]
-
-            def apply_average():
-                averages = [
-                    (g + a) / steps for g, a in zip(grads, accumulators)
-                ]
-                self._backend_update_step(
-                    self._clip_gradients(averages), variables,
-                    self.learning_rate, gradient_step,
-                )
-                self._backend_reset_gradient_accumulators()
-
-            ops.cond(
-                update,
-                apply_average,
-                lambda: self._backend_increment_gradient_accumulators(
-                    grads, accumulators
-                ),
-            )
-        else:
-            self._backend_update_step(
-                self._clip_gradients(grads), variables, self.learning_rate,
-                gradient_step,
-            )
-        if self.use_ema:
-            self._update_model_variables_moving_average(
-                self._trainable_variables
-            )
-            if self.ema_overwrite_frequency:
-                overwrite = ops.equal(
-                    (self.iterations + 1) % self.ema_overwrite_frequency, 0
-                )
-                for variable, average in zip(
-                    self._trainable_variables,
-                    self._model_variables_moving_average,
-                ):
-                    variable.assign(ops.where(overwrite, average, variable))
+        keras_apply.apply(self, grads, trainable_variables, gradient_step)
 
     def build(self, variables):
         self._build_for(variables, variables)
@@ -318,7 +245,25 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             self.weight_decay > 0
             and decay.is_kernel_like(variable)
             and not decay.matches_any(variable, self._decay_excludes)
-            and self._use_weight_decay(variable)
+            and self._var_key(variable) not in self._keras_excluded_keys
+            and not any(p.search(variable.name)
+                        for p in self._keras_excluded_names)
+        )
+
+    _keras_excluded_keys = frozenset()
+    _keras_excluded_names = ()
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Keras' `exclude_from_weight_decay`, whose choice `is_decayed`
+        reads from here: Keras 3.16 records it per variable key at `build`,
+        and a mixed optimizer builds this rule on float32 masters, whose
+        keys are not the model variables' that `var_list` names."""
+        super().exclude_from_weight_decay(var_list, var_names)
+        self._keras_excluded_keys = frozenset(
+            self._var_key(v) for v in var_list or ()
+        )
+        self._keras_excluded_names = tuple(
+            re.compile(name) for name in var_names or ()
         )
 
     def is_adapted(self, variable):
@@ -340,44 +285,12 @@ class LayerwiseOptimizer(keras.optimizers.Optimizer):
             fused(self, grads, trainable_variables, learning_rate,
                   gradient_step)
         elif keras.backend.backend() == "tensorflow":
-            self._tensorflow_update_step(
-                grads, trainable_variables, learning_rate, gradient_step
+            keras_apply.tensorflow_update_step(
+                self, grads, trainable_variables, learning_rate, gradient_step
             )
         else:
             for g, v in zip(grads, trainable_variables):
                 self.update_step(g, v, learning_rate, gradient_step)
-
-    def _tensorflow_update_step(self, grads, variables, learning_rate, step,
-                                update=None):
-        """Keras' TensorFlow `_backend_update_step`, `step` handed on: the
-        gradients are summed across replicas unless a wrapper summed them
-        already (`step.reduced`), then each variable is updated in the
-        strategy's update context, by `update(gradient, variable,
-        learning_rate, step)` (default: `update_step`; a fused path on
-        TensorFlow passes its own)."""
-        from keras_largebatch import _tf_internals
-
-        update = update or self.update_step
-
-        pairs = [
-            (g, v.value if isinstance(v, keras.Variable) else v)
-            for g, v in zip(grads, variables)
-        ]
-        if not step.reduced:
-            pairs = self._all_reduce_sum_gradients(pairs)
-
-        def update_all(distribution, pairs, learning_rate):
-            for g, v in pairs:
-                distribution.extended.update(
-                    v,
-                    lambda v, g, lr: update(g, v, lr, step),
-                    args=(g, learning_rate),
-                    group=False,
-                )
-
-        _tf_internals.maybe_merge_call(
-            update_all, self._distribution_strategy, pairs, learning_rate
-        )
 
     def save_own_variables(self, store):
         if not self.saved_by_wrapper:
@@ -435,50 +348,6 @@ def _fused_module(optimizer):
     if module is None:
         module = importlib.import_module(name)
     return module
-
-
-def norm(x):
-    return ops.sqrt(squared_norm(x))
-
-
-def squared_norm(x):
-    """sum(x ** 2) in one read of `x`, by backend.
-
-    - TensorFlow without XLA: the `L2Loss` kernel (the generic ops would
-      materialise `x ** 2` first).
-    - TensorFlow's XLA on a CPU compiles a reduction into a slow scalar
-      loop. There the sum is the trace of `Xᵀ X` for `x` viewed as an
-      `[n/8, 8]` matrix `X`, a matrix product XLA hands to its vectorised,
-      threaded GEMM (a dot product of `x` with itself for sizes not
-      divisible by 8); docs/benchmarks.md has the timings.
-    - Otherwise the reduction: XLA on a GPU fuses it, JAX's XLA:CPU
-      compiles it well, torch's fused paths have their own
-      (`torch_foreach.squared_norms`).
-    """
-    if keras.backend.backend() != "tensorflow":
-        return ops.sum(ops.square(x))
-    import tensorflow as tf
-
-    from keras_largebatch import _tf_internals
-
-    if not _tf_internals.in_xla_context():
-        return 2.0 * tf.nn.l2_loss(x)
-    if _on_accelerator():
-        return tf.reduce_sum(tf.square(x))
-    flat = tf.reshape(x, [-1])
-    size = flat.shape[0]
-    if size is not None and size % 8 == 0 and size >= 4096:
-        columns = tf.reshape(flat, [-1, 8])
-        return tf.linalg.trace(tf.matmul(columns, columns, transpose_a=True))
-    return tf.tensordot(flat, flat, 1)
-
-
-@functools.cache
-def _on_accelerator():
-    """Whether TensorFlow has a GPU, where XLA would compile for it."""
-    import tensorflow as tf
-
-    return bool(tf.config.list_logical_devices("GPU"))
 
 
 def trust_ratio(numerator, denominator, valid):

@@ -11,6 +11,7 @@ from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
 from keras_largebatch.optimizers import checkpoint
 from keras_largebatch.optimizers import layerwise
+from keras_largebatch.optimizers.norms import squared_norm
 
 _LOW_PRECISION = ("float16", "bfloat16")
 
@@ -251,7 +252,7 @@ class MixedOptimizer(keras.optimizers.LossScaleOptimizer):
 
             return torch_mixed.check_finite(grads)
         squares = [
-            None if g is None else layerwise.squared_norm(ops.cast(g, "float32"))
+            None if g is None else squared_norm(ops.cast(g, "float32"))
             for g in grads
         ]
         present = [s for s in squares if s is not None]

@@ -1,6 +1,6 @@
 """The LARS update for the TensorFlow backend (`LARS.fused_paths`).
 
-Keras' TensorFlow update (`LayerwiseOptimizer._tensorflow_update_step`:
+Keras' TensorFlow update (`keras_apply.tensorflow_update_step`:
 the gradients summed across replicas, each variable updated in the
 strategy's update context) with the last part of each float32 variable's
 update in one kernel: `ResourceApplyMomentum` with a learning rate of 1 and
@@ -20,12 +20,14 @@ import functools
 import keras
 import tensorflow as tf
 
+from keras_largebatch.optimizers import keras_apply
+
 
 def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     """`LARS.update_step` for every variable of the step, `optimizer` a
     `LARS`, `gradient_step` the `layerwise.GradientStep` it would get."""
-    optimizer._tensorflow_update_step(
-        grads, variables, learning_rate, gradient_step,
+    keras_apply.tensorflow_update_step(
+        optimizer, grads, variables, learning_rate, gradient_step,
         update=functools.partial(_update_variable, optimizer),
     )
 

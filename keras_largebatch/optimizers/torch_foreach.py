@@ -1,6 +1,7 @@
 """What the torch paths (`torch_lars`, `torch_lamb`, `torch_mixed`) share:
-which variables go through the multi-tensor `torch._foreach_*` ops, the
-per-variable flags and step scalars as device tensors, the norms.
+which variables go through the multi-tensor `torch._foreach_*` ops (a
+`Batch`, what each path's `update_step` opens with), the per-variable flags
+and step scalars as device tensors, the norms.
 
 Every op here takes all the step's tensors at once, so an optimizer step
 dispatches the same number of torch ops for 10 variables as for 1,000; all
@@ -17,9 +18,57 @@ its per-variable scalars by the flag.
 """
 
 import functools
+from typing import NamedTuple
 
 import keras
 import torch
+
+
+class Batch(NamedTuple):
+    """The variables of a step that a torch path updates with the
+    multi-tensor ops, and their rules as device vectors.
+
+    Attributes:
+        grads: their dense float32 gradients, as torch tensors.
+        variables: the Keras variables.
+        weights: the variables' torch tensors, updated in place.
+        device: where they live.
+        decay: each variable's weight decay (0 where not decayed).
+        adapted: whether each variable gets a trust ratio (bool).
+        decayed: the indices of the decayed variables.
+    """
+
+    grads: list
+    variables: list
+    weights: list
+    device: torch.device
+    decay: torch.Tensor
+    adapted: torch.Tensor
+    decayed: list
+
+
+def batch(optimizer, grads, variables, learning_rate, gradient_step):
+    """What a torch path's `update_step` opens with: the variables `split`
+    leaves to the per-variable `update_step` are updated by it, and the
+    others returned as a `Batch` (None where there are none)."""
+    fused, others = split(optimizer, grads, variables)
+    for g, v in others:
+        optimizer.update_step(g, v, learning_rate, gradient_step)
+    if not fused:
+        return None
+    weights = [v.value for _, v, _ in fused]
+    device = weights[0].device
+    decay, adapted, decayed = rule_vectors(
+        [rule for _, _, rule in fused], optimizer.weight_decay, device)
+    return Batch(
+        grads=[g for g, _, _ in fused],
+        variables=[v for _, v, _ in fused],
+        weights=weights,
+        device=device,
+        decay=decay,
+        adapted=adapted,
+        decayed=decayed,
+    )
 
 
 def split(optimizer, grads, variables):

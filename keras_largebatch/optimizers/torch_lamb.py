@@ -42,20 +42,15 @@ MASKS_SKIPPED_STEPS = True
 def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     """`LAMB.update_step` for every variable of the step, `optimizer` a
     `LAMB`, `gradient_step` the `layerwise.GradientStep` it would get."""
-    fused, others = torch_foreach.split(optimizer, grads, variables)
-    for g, v in others:
-        optimizer.update_step(g, v, learning_rate, gradient_step)
-    if not fused:
+    batch = torch_foreach.batch(
+        optimizer, grads, variables, learning_rate, gradient_step)
+    if batch is None:
         return
-    grads = [g for g, _, _ in fused]
-    keras_vars = [v for _, v, _ in fused]
-    weights = [v.value for v in keras_vars]
-    indices = [optimizer._get_variable_index(v) for v in keras_vars]
+    grads, weights, device = batch.grads, batch.weights, batch.device
+    decayed = batch.decayed
+    indices = [optimizer._get_variable_index(v) for v in batch.variables]
     ms = [optimizer.momentums[i].value for i in indices]
     vs = [optimizer.velocities[i].value for i in indices]
-    device = weights[0].device
-    _, adapted, decayed = torch_foreach.rule_vectors(
-        [rule for _, _, rule in fused], optimizer.weight_decay, device)
     lr = torch_foreach.scalar(learning_rate, device)
     c1, c2 = (
         torch_foreach.scalar(c, device) for c in optimizer.bias_corrections()
@@ -87,7 +82,7 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
             [q[i] for i in decayed], [weights[i] for i in decayed], decay
         )
     w_norm, q_norm = torch_foreach.norm_pair(weights, q)
-    valid = (torch.minimum(w_norm, q_norm) > 0) & adapted
+    valid = (torch.minimum(w_norm, q_norm) > 0) & batch.adapted
     trust = torch.where(valid, c1 * w_norm / q_norm, 1.0)
     if optimizer.trust_clip:
         trust = trust.clamp(max=1.0)

@@ -53,17 +53,12 @@ MASKS_SKIPPED_STEPS = True
 def update_step(optimizer, grads, variables, learning_rate, gradient_step):
     """`LARS.update_step` for every variable of the step, `optimizer` a
     `LARS`, `gradient_step` the `layerwise.GradientStep` it would get."""
-    fused, others = torch_foreach.split(optimizer, grads, variables)
-    for g, v in others:
-        optimizer.update_step(g, v, learning_rate, gradient_step)
-    if not fused:
+    batch = torch_foreach.batch(
+        optimizer, grads, variables, learning_rate, gradient_step)
+    if batch is None:
         return
-    grads = [g for g, _, _ in fused]
-    keras_vars = [v for _, v, _ in fused]
-    weights = [v.value for v in keras_vars]
-    device = weights[0].device
-    decay, adapted, decayed = torch_foreach.rule_vectors(
-        [rule for _, _, rule in fused], optimizer.weight_decay, device)
+    grads, keras_vars, weights = batch.grads, batch.variables, batch.weights
+    device, decay, decayed = batch.device, batch.decay, batch.decayed
 
     w_norm, g_norm = torch_foreach.norm_pair(
         weights, grads,
@@ -74,7 +69,7 @@ def update_step(optimizer, grads, variables, learning_rate, gradient_step):
         inverse = torch_foreach.scalar(inverse, device)
         g_norm = g_norm * inverse
     # trust = eta * |w| / (|g| + wd * |w| + epsilon), else 1.
-    valid = (torch.minimum(w_norm, g_norm) > 0) & adapted
+    valid = (torch.minimum(w_norm, g_norm) > 0) & batch.adapted
     denominator = torch.addcmul(g_norm, decay, w_norm)
     if optimizer.epsilon:
         denominator = denominator + optimizer.epsilon

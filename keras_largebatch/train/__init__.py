@@ -1,15 +1,20 @@
 """The `keras-largebatch-train` command.
 
-`flags` (the flag table, the cross-flag rules, the frozen `RunConfig` of
-typed groups), `main` (the driver: `run()`, the console-script entry
-point, parses the command line once and assembles the run, handing each
-builder the groups it reads), `builders` (devices, schedule,
+`flag_table` (the one flag table), `flag_rules` (the cross-flag rules),
+`run_config` (the frozen `RunConfig` of typed groups, written out),
+`flag_parsing`, `flag_help` and `batch_schedule` (`flags` hands their names
+on), `cli` (the console-script entry point: `--help` and the backend check
+before Keras is imported), `main` (the driver: parses the command line once
+and assembles the run, handing each builder the groups it reads),
+`divergence` (a diverged run stops, exit code 3), `builders` (devices, schedule,
 model and optimizer, callbacks, the `Run`), `data` (loaders and formats
 without TensorFlow, the tf.data and Grain pipelines behind one factory),
 `imagenet` (TFRecords), `augment` and `augment_numpy` (one stage table,
 in tf.data and in NumPy), `recipe` (sizes, precision, learning rate,
-optimizer), `outputs` and `checkpoints` (callbacks and files), `report`
-(run_config.json, summary.json, the closing line), `resume`, `evaluate`
+optimizer), `outputs` (callbacks and files), `checkpointing` (the
+checkpoints: names, the atomic save, the epoch backup, within epochs, the
+epoch checkpoints, which one a resume loads, the resume's flag rules),
+`report` (run_config.json, summary.json, the closing line), `evaluate`
 (`--mode=eval`) and `processes` (several JAX processes).
 """
 

@@ -25,9 +25,11 @@ import dataclasses
 import os
 
 from keras_largebatch._shared import require
+from keras_largebatch.train import divergence
+from keras_largebatch.train import checkpointing
 from keras_largebatch.train import outputs
 from keras_largebatch.train import recipe
-from keras_largebatch.train import resume
+from keras_largebatch.train.checkpointing import resume
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,32 +192,38 @@ def check_noise_scale(optimizer, strategy, gradient_accumulation_steps):
 
 def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
               *, gradient_accumulation_steps, compression="none",
-              strategy=None, peer=False, within_epoch=None):
+              strategy=None, peer=False, start=None):
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
     `flags.RunConfig`; of the others it reads
     `gradient_accumulation_steps` (the micro-batches per update, unless
     the batch grows) and `compression` (top-k residuals, under
-    `strategy`). `inputs` is `data.Inputs`. `throughput` comes first (it
-    adds `images_per_sec` to the logs the rest see); precise BN before
-    the logs and checkpoints, so they see its statistics. A `peer` (a JAX
+    `strategy`). `inputs` is `data.Inputs`. `divergence.StopOnDivergence`
+    comes first (a run whose weights turned non-finite stops before any
+    callback saves them), then `throughput` (it adds `images_per_sec` to
+    the logs the rest see); precise BN before the logs and checkpoints,
+    so they see its statistics. A `peer` (a JAX
     process other than the chief) saves its backup into `out_dir` and
     restores from the chief's, and writes no logs or checkpoints.
-    `within_epoch` (a `resume.Position`, read from the chief's
-    backup) is where this run resumes within an epoch, if it does.
+    `start` (a `checkpointing.restore.Start`, chosen from the chief's
+    backup) is the checkpoint this run resumes from, if it does: the
+    epoch backup or one within an epoch.
     """
     backup = os.path.join(out_dir, "backup")
+    within_epoch = start.position if start is not None else None
     growing = _adaptive_batch(adaptive, inputs.step_batch)
     found = [
+        # First: it raises on non-finite weights before anything saves them.
+        divergence.StopOnDivergence(),
         throughput,
         outputs.EpochScalars(),  # learning_rate, loss_scale
         # The adaptive batch first: its wrapper (every update measured)
         # is the one the noise-scale logs then read.
         *growing,
         *_noise_scale(adaptive, inputs.step_batch),
-        outputs.Backup(os.path.join(runtime.model_dir, "backup")
-                       if peer else backup, backup),
+        checkpointing.Backup(os.path.join(runtime.model_dir, "backup")
+                             if peer else backup, backup, start),
         # After the backup: restores over it, and saves after it.
         *_step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
                            within_epoch, growing, strategy),
@@ -256,10 +264,8 @@ def _step_checkpoints(every, backup_dir, inputs, within_epoch, growing,
     `within_epoch`: the callback that saves and restores within epochs."""
     if not every and within_epoch is None:
         return []
-    from keras_largebatch.train import step_checkpoints
-
     data = inputs.train if hasattr(inputs.train, "state_at") else None
-    return [step_checkpoints.StepCheckpoints(
+    return [checkpointing.StepCheckpoints(
         every, backup_dir, inputs.steps_per_epoch, within_epoch, data,
         growing[0] if growing else None, strategy)]
 
@@ -280,9 +286,8 @@ def _adaptive_batch(adaptive, step_batch):
     if adaptive.adaptive_batch == "none":
         return []
     from keras_largebatch.adaptive_batch import AdaptiveBatch
-    from keras_largebatch.train import flags
 
-    schedule = flags.batch_schedule(adaptive) or None
+    schedule = adaptive.batch_schedule or None
     return [AdaptiveBatch(
         step_batch, max_batch_size=adaptive.max_global_batch_size or None,
         policy=adaptive.adaptive_batch, c=adaptive.noise_scale_multiple,
@@ -319,12 +324,10 @@ def _logs(keep_checkpoints, out_dir):
     TensorBoard (None without a writer)."""
     import keras
 
-    from keras_largebatch.train import checkpoints
-
     return [
         keras.callbacks.CSVLogger(
             os.path.join(out_dir, "history.csv"), append=True),
-        checkpoints.EpochCheckpoints(
+        checkpointing.EpochCheckpoints(
             os.path.join(out_dir, "checkpoints"), keep_checkpoints),
         outputs.tensorboard(os.path.join(out_dir, "tensorboard")),
     ]

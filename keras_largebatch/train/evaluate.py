@@ -26,7 +26,7 @@ def run_values(values, given):
     """`values` ({flag: value}) with every flag not `given` on the command
     line set to the run's value (its run_config.json and latest raise of
     `--epochs`)."""
-    from keras_largebatch.train import resume
+    from keras_largebatch.train.checkpointing import resume
 
     model_dir = values["model_dir"]
     path = os.path.join(model_dir or "", "run_config.json")
@@ -53,7 +53,7 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
     `epochs` for final.keras); writes eval.json; returns 0."""
     import keras
 
-    from keras_largebatch.train import checkpoints
+    from keras_largebatch.train.checkpointing import epochs as checkpoints
     from keras_largebatch.train import outputs
 
     path = checkpoints.latest(model_dir)

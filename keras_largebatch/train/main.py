@@ -5,13 +5,19 @@
 trains AlexNet-BN (67x67) on the embedded digits with LARSMixed, warmup and
 polynomial decay, shows Keras' progress bar (one line per epoch when stdout
 is not a terminal) and writes `summary.json`,
-`learning_curves.png` and checkpoints (see `outputs.py`). Running it again
-with the same `--model_dir` resumes from the last finished epoch.
+`learning_curves.png` and checkpoints (see `outputs.py`, `checkpointing/`).
+Running it again with the same `--model_dir` resumes from the last
+checkpoint that loads whole.
 
 Every input is checked before anything is written; a bad one (unknown
 model or data set, a global batch not divisible by the replicas, a missing
 folder, a corrupt image, `--init_weights` of another architecture) ends the
-command with a one-line error on stderr and exit code 2.
+command with a one-line error on stderr and exit code 2. A run whose loss
+or weights turn non-finite stops there with one line (the step, the rate,
+the loss scale, what to try) and exit code 3, its last finite checkpoints
+kept (`divergence.py`). A lost worker ends it with exit code 1, and so
+does a checkpoint that cannot be written (a full disk: one line, the last
+complete checkpoint kept, `checkpointing/files.py`).
 
 This module is the driver: it parses the command line into one frozen
 `flags.RunConfig` (the only reader of absl's `FLAGS`), places the run on
@@ -35,15 +41,21 @@ from absl import flags
 
 from keras_largebatch.train import PROG
 from keras_largebatch.train import builders
+from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
+from keras_largebatch.train import divergence
 from keras_largebatch.train import evaluate
 from keras_largebatch.train import flags as train_flags
 from keras_largebatch.train import outputs
 from keras_largebatch.train import processes
 from keras_largebatch.train import recipe
 from keras_largebatch.train import report
-from keras_largebatch.train import resume
+from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.placement import place
+
+
+# A checkpoint could not be written (a full or failing disk): exit code.
+SAVE_FAILED = 1
 
 
 def run(argv=None):
@@ -94,10 +106,10 @@ def main(argv):
         return 1
 
 
-def fail(error):
+def fail(error, code=2):
     message = " ".join(str(error).split())
     print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
+    return code
 
 
 def parse(argv):
@@ -138,7 +150,8 @@ def prepare(config, devices):
     spec = data.load_for(config.data, config.network, runtime.seed)
     recorded = dict(config.recorded(), image_size=spec.image_size,
                     num_classes=spec.num_classes)
-    resuming = outputs.check_model_dir(runtime.model_dir, recorded)
+    resuming = checkpointing.check_model_dir(
+        runtime.model_dir, recorded, train=runtime.mode == "train")
     train_flags.check_after_resume(config)
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
@@ -161,7 +174,8 @@ def prepare(config, devices):
 
 def train(config, run, start):
     """Creates `model_dir`, fits `run` (resuming), evaluates and writes
-    outputs."""
+    outputs; returns the exit code (`divergence.EXIT_CODE` where the
+    weights turned non-finite)."""
     # TensorFlow workers other than the chief keep their own state apart;
     # JAX processes other than the chief save (a collective) into a scratch
     # folder, deleted at the end, and restore from the chief's backup.
@@ -172,6 +186,14 @@ def train(config, run, start):
         else os.path.join(model_dir, f"worker_{devices.task}"))
     try:
         return _train(config, run, start, out_dir, peer)
+    except divergence.Diverged as e:
+        return fail(e, divergence.EXIT_CODE)
+    except checkpointing.SaveError as e:  # The last checkpoint is whole.
+        return fail(e, SAVE_FAILED)
+    except OSError as e:
+        if not checkpointing.files.full(e):
+            raise
+        return fail(f"could not write in {out_dir} ({e})", SAVE_FAILED)
     finally:
         if peer:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -179,6 +201,7 @@ def train(config, run, start):
 
 def _train(config, run, start, out_dir, peer):
     os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
+    checkpointing.tidy(out_dir, run.initial_epoch if run.resuming else None)
     report.begin(run, out_dir)
     throughput = outputs.Throughput(run.inputs.step_batch)
     callbacks = builders.callbacks(
@@ -188,7 +211,7 @@ def _train(config, run, start, out_dir, peer):
             config.training.gradient_accumulation_steps),
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
-        within_epoch=run.resuming.within_epoch if run.resuming else None)
+        start=run.resuming.start if run.resuming else None)
     with warnings.catch_warnings():
         # Keras' Grain adapter knows no length, so the end of each
         # validation pass reads as "input ran out of data".

@@ -7,11 +7,12 @@
     evals.csv               with --evals_per_epoch > 1: the validation
                             accuracy within each epoch (`WithinEpochEvals`)
     run_config.json         the flags of the first run (checked when resuming)
-    epochs_raised.json      each later raise of --epochs (see resume.py)
-    checkpoints/epoch_NNN.weights.h5, epoch_NNN.keras (the last epoch)
-    final.keras             the last epoch's file under a second name
-                            (see checkpoints.py)
-    backup/                 the state at the last epoch's end (`Backup`)
+    epochs_raised.json      each later raise of --epochs
+                            (see checkpointing/resume.py)
+    checkpoints/, final.keras, backup/
+                            the checkpoints (`checkpointing/`: the epoch
+                            backup, within epochs, the epoch checkpoints
+                            and the final model)
     tensorboard/            train/ and validation/ scalars per epoch: loss,
                             accuracy (top5_accuracy), learning_rate,
                             loss_scale, images_per_sec
@@ -33,37 +34,6 @@ import keras
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import PROG
-
-
-class OutputError(ValueError):
-    """Bad `model_dir` (the command reports it on one line, exit code 2)."""
-
-
-def check_model_dir(model_dir, run_config):
-    """Validates `model_dir` (given: `flags.RULES` require it) without
-    writing.
-
-    Returns a `resume.Resume` when `model_dir` holds a run to resume (every
-    flag checked against it), else None.
-    """
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise OutputError(
-            f"`model_dir` exists and is not a directory. Received: "
-            f"model_dir={model_dir!r}"
-        )
-    # Missing parents are created (after every check); the nearest existing
-    # ancestor must be a directory.
-    ancestor = os.path.dirname(os.path.abspath(model_dir))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise OutputError(
-            f"`model_dir` lies under {ancestor!r}, which is not a directory. "
-            f"Received: model_dir={model_dir!r}"
-        )
-    from keras_largebatch.train import resume
-
-    return resume.check(model_dir, run_config)
 
 
 def write_json(path, obj):
@@ -277,74 +247,6 @@ def read_evals(path):
     with open(path, newline="") as f:
         return [(float(r["epoch"]), float(r["updates"]),
                  float(r["val_accuracy"])) for r in csv.DictReader(f)]
-
-
-class Backup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` at each epoch's end, atomic, with the seed states.
-
-    The new weights are written whole under a name of their epoch
-    (`staged_EEE.weights.h5`), then `training_metadata.json` naming them,
-    then they are renamed onto `latest.weights.h5`; a restore finishes a
-    rename the metadata names and a kill left undone. So a run killed
-    anywhere in a save resumes from the epoch before it or the one it
-    saved, never from one's weights with the other's count. The metadata
-    also holds the state of every `SeedGenerator` in the model (dropout),
-    which weights files leave out, so that a resumed run draws the masks an
-    uninterrupted run would draw. With `save_dir`, it restores from
-    `backup_dir` and saves into `save_dir` (the processes of a JAX job other
-    than the chief: saving is collective, the chief's copy is the one kept).
-    """
-
-    def __init__(self, backup_dir, save_dir=None):
-        super().__init__(backup_dir, save_freq="epoch",
-                         delete_checkpoint=False)
-        self.save_dir = save_dir or backup_dir
-
-    def _save_model(self):
-        os.makedirs(self.save_dir, exist_ok=True)
-        staged = f"staged_{self._current_epoch:03d}.weights.h5"
-        with atomic_path(os.path.join(self.save_dir, staged)) as tmp:
-            self.model.save_weights(tmp)
-        write_json(os.path.join(
-            self.save_dir, os.path.basename(self._training_metadata_path)), {
-            "epoch": self._current_epoch,
-            "batch": self._last_batch_seen,
-            "seed_states": [s.numpy().tolist()
-                            for s in seed_states(self.model)],
-            "staged": staged,
-        })
-        os.replace(os.path.join(self.save_dir, staged), os.path.join(
-            self.save_dir, os.path.basename(self._weights_path)))
-        for name in os.listdir(self.save_dir):  # Left by a kill.
-            if name.startswith("staged_") and name.endswith(".weights.h5"):
-                os.remove(os.path.join(self.save_dir, name))
-
-    def _load_model(self):
-        if os.path.exists(self._training_metadata_path):
-            with open(self._training_metadata_path) as f:
-                staged = json.load(f).get("staged")
-            if staged:
-                try:  # Killed between the metadata and the rename.
-                    os.replace(os.path.join(self.backup_dir, staged),
-                               self._weights_path)
-                except FileNotFoundError:
-                    pass
-        super()._load_model()
-        if not os.path.exists(self._training_metadata_path):
-            return
-        with open(self._training_metadata_path) as f:
-            saved = json.load(f).get("seed_states", [])
-        states = seed_states(self.model)
-        if len(saved) == len(states):
-            for state, value in zip(states, saved):
-                state.assign(value)
-
-
-def seed_states(model):
-    """The state variables of the model's `SeedGenerator`s, in layer order."""
-    return [generator.state
-            for layer in model._flatten_layers(include_self=True)
-            for generator in getattr(layer, "_seed_generators", [])]
 
 
 def tensorboard(log_dir):

@@ -15,14 +15,16 @@ summary.json:
 """
 
 import json
+import math
 import os
 import time
 
+from keras_largebatch._shared import check_int
 from keras_largebatch.train import PROG
-from keras_largebatch.train import checkpoints
+from keras_largebatch.train import checkpointing
 from keras_largebatch.train import outputs
 from keras_largebatch.train import recipe
-from keras_largebatch.train import resume
+from keras_largebatch.train.checkpointing import resume
 
 
 def begin(run, out_dir):
@@ -54,7 +56,7 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     `flags.RunConfig`): network, data, training, optimization,
     learning_rate, adaptive, and runtime's `keep_checkpoints`.
     """
-    checkpoints.save_final(
+    checkpointing.save_final(
         run.model, os.path.join(out_dir, "checkpoints"), out_dir,
         run.initial_epoch + len(history.epoch),
         config.runtime.keep_checkpoints)
@@ -68,8 +70,6 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     summary = summarize(config, run, history, val_metrics, throughput,
                         previous, wall_now, logs)
     if "gradient_noise_scale" in summary:
-        from keras_largebatch.noise_scale import describe
-
         print(f"{PROG}: " + describe(
             summary["gradient_noise_scale"],
             summary.get("final_global_batch_size",
@@ -158,3 +158,33 @@ def summarize(config, run, history, val_metrics, throughput, previous,
         summary["final_global_batch_size"] = int(batches[-1])
         summary["updates"] = int(history.history["updates"][-1])
     return summary
+
+
+def describe(b_simple, batch_size):
+    """One line: the measured B_simple and what it means for `batch_size`.
+
+    With B_crit ~ B_simple, `S/S_min = 1 + B_crit/B` and
+    `E/E_min = 1 + B/B_crit` (McCandlish et al., 2018, arXiv:1812.06162).
+    """
+    check_int("batch_size", batch_size, 1)
+    if not (isinstance(b_simple, (int, float)) and math.isfinite(b_simple)
+            and b_simple > 0):
+        return (f"gradient noise scale: not measured (B_simple={b_simple}): "
+                "the estimate of |G|^2 is not positive yet (the gradients "
+                "are mostly noise at this batch, or the run is too short)")
+    steps = 1 + b_simple / batch_size
+    examples = 1 + batch_size / b_simple
+    doubled = (1 + b_simple / (2 * batch_size)) / steps
+    if batch_size <= b_simple / 2:
+        verdict = "room to grow: a bigger batch still cuts steps nearly " \
+                  "in proportion"
+    elif batch_size < 2 * b_simple:
+        verdict = "near the critical batch: a bigger batch trades " \
+                  "examples for steps about evenly"
+    else:
+        verdict = "above the critical batch: extra examples are mostly " \
+                  "wasted"
+    return (f"gradient noise scale B_simple={b_simple:.0f} at batch "
+            f"{batch_size}: steps {steps:.2f}x the minimum, examples "
+            f"{examples:.2f}x (S/S_min = 1 + B_crit/B, B_crit ~ B_simple); "
+            f"doubling the batch takes {doubled:.0%} of the steps; {verdict}")

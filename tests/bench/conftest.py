@@ -1,28 +1,20 @@
-"""The bench scripts, imported by their paths (bench/ is not a package)."""
+"""`bench` (the repository's top-level package of measurements), importable
+by these tests without the repository's root on `sys.path`: the root would
+also put the source tree's `keras_largebatch` before the installed one
+(which has `applications/` mapped in and the native library). The
+processes they start as `python -m bench...` get the root on
+`PYTHONPATH` (`bench.environ()`)."""
 
 import importlib.util
 import os
 import sys
 
-import pytest
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench")
-
-
-def load_bench(name, as_name=None):
-    """`bench/<name>.py` as a module (`as_name`: the name it is given),
-    with bench/ on the path for the modules it imports."""
-    if BENCH not in sys.path:
-        sys.path.insert(0, BENCH)
-    spec = importlib.util.spec_from_file_location(
-        as_name or name, os.path.join(BENCH, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def bench_module():
-    """`load_bench`, for the tests' module fixtures."""
-    return load_bench
+if "bench" not in sys.modules:
+    _init = os.path.join(ROOT, "bench", "__init__.py")
+    _spec = importlib.util.spec_from_file_location(
+        "bench", _init, submodule_search_locations=[os.path.dirname(_init)])
+    sys.modules["bench"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["bench"])

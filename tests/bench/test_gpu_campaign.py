@@ -1,21 +1,17 @@
-"""`bench/gpu_campaign.py --smoke`: every part runs, on JAX and torch, and
-lands in the JSON and the Markdown (the GPU numbers need a GPU; this only
-proves the code that measures them runs). A backend that is not installed is
-said and left for later; part c hands a study plan to the study's runner
-(LARS at depth on a GPU)."""
+"""`python -m bench.gpu_campaign --smoke`: every part runs, on JAX and
+torch, and lands in the JSON and the Markdown (the GPU numbers need a GPU;
+this only proves the code that measures them runs). A backend that is not
+installed is said and left for later; part c hands a study plan to the
+study's runner (LARS at depth on a GPU)."""
 
 import json
-import os
 import subprocess
-import sys
 
 import keras
 import pytest
 
+import bench
 from keras_largebatch.train import data
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax",
@@ -24,9 +20,11 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def campaign_module(bench_module):
-    """`bench/gpu_campaign.py`, imported by its path."""
-    return bench_module("gpu_campaign", "gpu_campaign_entry")
+def campaign_module():
+    """The GPU check's command (`bench/gpu_campaign/__main__.py`)."""
+    from bench.gpu_campaign import __main__ as campaign
+
+    return campaign
 
 
 @pytest.mark.skipif(data.find_fashion_mnist() is None,
@@ -34,10 +32,9 @@ def campaign_module(bench_module):
                            "(dataset-fashion-mnist)")
 def test_smoke_campaign_fills_every_part(tmp_path):
     out = tmp_path / "campaign"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench", "gpu_campaign.py"),
-         "--smoke", "--out", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    command = bench.command("bench.gpu_campaign", "--smoke", "--out", out)
+    proc = subprocess.run(command, cwd=tmp_path, env=bench.environ(),
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "campaign complete" in proc.stdout
 
@@ -77,10 +74,8 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert "compiled torch / JAX, LSO(SGD) >= 0.9 (the moonshot):" in table
 
     # A rerun finds every part done and measures nothing again.
-    again = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench", "gpu_campaign.py"),
-         "--smoke", "--out", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, cwd=tmp_path, env=bench.environ(),
+                           capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(out.with_suffix(".json").read_text())["a"] == record["a"]
     assert json.loads((tmp_path / "smoke_study.json").read_text())[

@@ -11,16 +11,11 @@ import sys
 
 import pytest
 
+import bench
+from bench.study import plans
+from bench.study import report
+from bench.study import runner
 from keras_largebatch.train import data
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench")
-STUDY = os.path.join(BENCH, "study")
-sys.path.insert(0, STUDY)
-
-import plans  # noqa: E402
-import report  # noqa: E402
-import runner  # noqa: E402
 
 
 def _records():
@@ -39,6 +34,21 @@ def test_every_recorded_run_is_regenerated_by_a_plan(record):
                if runner.run_key(r) not in planned]
     assert orphans == []
     assert len({runner.run_key(r) for r in runs}) == len(runs)
+
+
+def test_the_report_reads_the_records_its_plans_name(tmp_path):
+    """Where the plans point the report (a record's name is the plan's):
+    the compared plans' records feed the comparisons, each with its name;
+    a retired record is one no plan writes."""
+    for plan, value in ((plans.DECISIVE, 0.5), (plans.LARS_VS_SGD, 0.6),
+                        (plans.SMOKE, 0.7)):
+        spec = plan.all_specs()[0]
+        runner.save(plan.path(str(tmp_path)), [dict(spec, val_accuracy=value)])
+    runs = report.load_all(str(tmp_path))
+    assert {(r["record"], r["val_accuracy"]) for r in runs} == {
+        ("batch_scaling_study", 0.5), ("large_batch_study", 0.6)}
+    written = {p.record for p in plans.PLANS.values()}
+    assert not written & set(report.RETIRED)
 
 
 def _flags(argv):
@@ -90,6 +100,55 @@ def test_measuring_seeds_are_new_and_apart_from_the_choosing_ones():
     assert len(rates) == 9  # 3 optimizers x 128, 1,024, 4,096
 
 
+def test_the_fixed_ramp_is_what_the_grown_runs_did_on_other_seeds():
+    """`RAMP_SCHEDULE`, written in advance, is the batch per epoch of every
+    grown default run at 0.4 on the scaling plan's seeds 0-4, none of
+    which the baselines measure on."""
+    runs = runner.load(os.path.join(runner.RESULTS,
+                                    "batch_scaling_study.json"))
+    source = [r for r in runs if r.get("kind") == "grown"
+              and r["variant"] == "default" and r["rate"] == 0.4
+              and r["epochs"] == 24 and r["seed"] in range(5)]
+    assert sorted(r["seed"] for r in source) == [0, 1, 2, 3, 4]
+    assert {plans.schedule_of(r["batch_per_epoch"]) for r in source} == {
+        plans.RAMP_SCHEDULE}
+    assert plans.schedule_of([512, 512, 1024, 1024, 2048]) == \
+        "0:512,2:1024,4:2048"
+    seeds = {s["seed"] for s in plans.BASELINES.all_specs()}
+    assert seeds == set(plans.DECISIVE_SEEDS)
+    assert not seeds & {r["seed"] for r in source}
+
+
+def test_the_baselines_command_lines_pass_the_commands_checks(tmp_path):
+    """Each baseline's command line parses and passes every check of the
+    command (no training): the ramp grows from 128 along the schedule with
+    the grown runs' rule, the others are fixed."""
+    from keras_largebatch.train import main as train_main
+
+    specs = plans.BASELINES.all_specs()
+    assert sorted({(s["kind"], s["batch"], s["rate"], s["epochs"])
+                   for s in specs}) == [
+        ("fixed", 512, 1.6, 24), ("fixed", 1024, 0.8, 36),
+        ("ramp", 128, 0.4, 24)]
+    assert len(specs) == 10 + 10 + 5
+    for spec in specs:
+        config = train_main.parse(
+            ["prog"] + runner.command_line(spec, str(tmp_path)))
+        adaptive = config.adaptive
+        if spec["kind"] == "ramp":
+            assert (adaptive.adaptive_batch, adaptive.batch_schedule,
+                    adaptive.adaptive_learning_rate) == (
+                "schedule", ((0, 512), (4, 1024)), "linear")
+            # Two micro-batches of 64: the grown runs' start.
+            assert (config.training.global_batch_size,
+                    config.training.gradient_accumulation_steps) == (128, 2)
+        else:
+            assert adaptive.adaptive_batch == "none"
+    long = [s for s in specs if s["epochs"] == 36]
+    assert [s["seed"] for s in long] == list(plans.BASELINE_LONG_SEEDS)
+    assert long[0]["warmup_epochs"] == 2.0  # 36 / 18
+
+
 def _run(rate, seed, final, evals, workload="resnet20_w16", batch=1024):
     return dict(workload=workload, kind="fixed", optimizer="sgd", epochs=24,
                 batch=batch, rate=rate, seed=seed, val_accuracy=final,
@@ -127,19 +186,32 @@ def test_a_best_rate_at_the_sweeps_edge_extends_it_before_measuring():
     follow = list(plans.DEPTH.then(sweep(grid, grid[0])))
     assert [s["seed"] for s in follow] == [100]
     assert follow[0]["rate"] == pytest.approx(grid[0] / 2)
-    # The extended rate best again: half again; the highest best: double it.
+    # The extended rate best again: half again (the extension already run
+    # given again, so the record's runs all come from the plan); the
+    # highest best: double it.
     lower = [grid[0] / 2] + grid
     assert [s["rate"] for s in plans.DEPTH.then(sweep(lower, lower[0]))] \
-        == pytest.approx([grid[0] / 4])
+        == pytest.approx([grid[0] / 2, grid[0] / 4])
     assert [s["rate"] for s in plans.DEPTH.then(sweep(grid, grid[-1]))] \
         == pytest.approx([grid[-1] * 2])
     # Bracketed: the best measured on the measuring seeds.
     follow = list(plans.DEPTH.then(sweep(lower, grid[0])))
-    assert [s["seed"] for s in follow] == list(plans.DEPTH_MEASURE)
-    assert [s["rate"] for s in follow] == pytest.approx([grid[0]] * 3)
+    assert [s["seed"] for s in follow] == [100] + list(plans.DEPTH_MEASURE)
+    assert [s["rate"] for s in follow] == pytest.approx(
+        [grid[0] / 2] + [grid[0]] * len(plans.DEPTH_MEASURE))
     # At most DEPTH_EXTEND rates beyond the grid: then measured as it is.
     far = [grid[0] / 2 ** k for k in range(plans.DEPTH_EXTEND, 0, -1)] + grid
-    assert {s["seed"] for s in plans.DEPTH.then(sweep(far, far[0]))} == set(
+    # Each lower rate reaches the target sooner: the chain runs to its end.
+    follow = list(plans.DEPTH.then([
+        dict(_run(r, 100, 0.93, [(100 * (i + 1), 0.91)]),
+             epochs=plans.DEPTH_EPOCHS, optimizer="lamb_mixed", batch=4096)
+        for i, r in enumerate(far)]))
+    assert [s["seed"] for s in follow] == [100] * plans.DEPTH_EXTEND + list(
+        plans.DEPTH_MEASURE)
+    assert follow[-1]["rate"] == pytest.approx(far[0])
+    # A rate off the chain (not an extension the rule gave) is not followed.
+    stray = sweep(grid, grid[1]) + sweep([grid[0] / 8], grid[0] / 8)
+    assert {s["seed"] for s in plans.DEPTH.then(stray)} == set(
         plans.DEPTH_MEASURE)
 
 
@@ -202,9 +274,10 @@ def test_a_finding_is_computed_per_machine_kind_with_its_verdict():
                     reason="Fashion-MNIST's IDX files are not installed")
 def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
     results, work = tmp_path / "results", tmp_path / "runs"
-    cmd = [sys.executable, os.path.join(BENCH, "study.py"), "run", "smoke",
-           "--workers", "2", "--results", str(results), "--work_dir", str(work)]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd = bench.command("bench.study", "run", "smoke", "--workers", "2",
+                        "--results", results, "--work_dir", work)
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           cwd=tmp_path, env=bench.environ())
     assert first.returncode == 0, first.stderr[-2000:]
     with open(results / "smoke_study.json") as f:
         runs = json.load(f)["runs"]
@@ -212,39 +285,245 @@ def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
     for r in runs:
         assert runner.machine_kind(r["machine"]).startswith("CPU VM / ")
         assert len(r["val_accuracy_per_epoch"]) == 2 and r["evals"]
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           cwd=tmp_path, env=bench.environ())
     assert again.returncode == 0 and "start" not in again.stdout
 
 
-def test_a_program_spec_runs_its_script_and_records_its_result(tmp_path):
-    """A spec with a `program` (the `kills` plan's) runs that script with
-    the spec and the runs' folder; its `result.json` is the run's record,
-    stamped with the machine of its backend, and a rerun skips it."""
-    program = tmp_path / "program.py"
-    program.write_text(
+def test_a_program_spec_runs_its_module_and_records_its_result(
+        tmp_path, monkeypatch):
+    """A spec with a `program` (the `kills` plan's `kills.py`) runs `python
+    -m bench.study.<program>` with the spec and the runs' folder, the
+    repository's root on `PYTHONPATH`; its `result.json` is the run's
+    record, stamped with the machine of its backend, its `program` kept,
+    and a rerun skips it."""
+    spec = dict(kind="kill", setup="torch", kill=21, seed=0,
+                run_backend="torch", program="kills.py")
+    assert runner.process_command(spec, "W") == [
+        sys.executable, "-m", "bench.study.kills", json.dumps(spec), "W"]
+    # A stand-in for the program, started as the runner starts it.
+    program = (
         "import json, os, sys\n"
-        "sys.path.insert(0, %r)\n"
-        "import runner\n"
+        "assert %r in os.environ['PYTHONPATH'].split(os.pathsep)\n"
+        "from bench.study import runner\n"
         "spec, work = json.loads(sys.argv[1]), sys.argv[2]\n"
         "json.dump(dict(twice=2 * spec['kill']), open(os.path.join("
-        "runner.model_dir(spec, work), 'result.json'), 'w'))\n" % STUDY)
-    spec = dict(kind="kill", setup="torch", kill=21, seed=0,
-                run_backend="torch", program=str(program))
+        "runner.model_dir(spec, work), 'result.json'), 'w'))\n" % bench.ROOT)
+    real = runner.process_command
+    monkeypatch.setattr(runner, "process_command", lambda s, w, d="": [
+        sys.executable, "-c", program, *real(s, w, d)[3:]])
     record = str(tmp_path / "record.json")
+    log = []
     finished = runner.run([spec], record, str(tmp_path / "runs"),
-                          log=lambda m: None)
-    assert [r["twice"] for r in finished] == [42]
+                          log=log.append)
+    assert [r["twice"] for r in finished] == [42], log
     assert runner.run_key(finished[0]) == "kill|0|torch|torch|21"
+    assert finished[0]["program"] == "kills.py"
     assert "(torch " in finished[0]["machine"]
     assert runner.load(record) == finished
     assert runner.run([spec], record, str(tmp_path / "runs")) == []
 
 
+def test_the_kills_program_starts_as_a_module_from_any_folder(tmp_path):
+    """`python -m bench.study.kills` (and its `--child`, which the command's
+    supervisor starts again) imports from any folder with the environment
+    the runner gives it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import bench.study.kills"],
+        cwd=tmp_path, env=bench.environ(), capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_the_kills_plan_covers_every_setup_and_the_report_tabulates_it():
     kills = plans.PLANS["kills"].all_specs()
-    assert len(kills) == plans.KILLS * len(plans.kills.SETUPS)
+    assert len(kills) == plans.KILLS * (
+        len(plans.kills.SETUPS) + len(plans.FAULT_SETUPS))
+    damaged = [s for s in kills if s.get("fault") == "damage"]
+    assert {s["setup"] for s in damaged} == {"jax", "torch", "tensorflow"}
+    # A damaged kill is its own run: its key differs from the plain kill's.
+    plain = {runner.run_key(s) for s in kills if "fault" not in s}
+    assert not plain & {runner.run_key(s) for s in damaged}
     table = report.kill_lines()
     # The recorded campaign: every setup's kills resumed bit for bit.
     for setup in plans.kills.SETUPS:
-        row = [line for line in table if line.startswith(f"| {setup} |")]
+        row = [line for line in table
+               if line.startswith(f"| {setup} | none |")]
         assert len(row) == 1 and "| 10 | 10 |" in row[0]
+
+
+def test_a_damaged_kill_truncates_or_deletes_the_newest_checkpoint_file(
+        tmp_path):
+    import random
+
+    for name, age in (("backup/latest.weights.h5", 1),
+                      ("backup/within_epoch.json", 3),
+                      ("checkpoints/epoch_001.weights.h5", 2)):
+        path = tmp_path / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * 100)
+        os.utime(path, ns=(age * 10**9, age * 10**9))
+    did = plans.kills.damage(str(tmp_path), random.Random(0))
+    how, name = did.split(" ")
+    assert name == os.path.join("backup", "within_epoch.json")
+    newest = tmp_path / name
+    assert (not newest.exists()) if how == "delete" else (
+        newest.stat().st_size == 50)
+    assert (tmp_path / "backup/latest.weights.h5").stat().st_size == 100
+
+
+def _seed_runs(machine, seeds, updates, final=0.91, **fields):
+    """Hand-made records: each seed reaches 0.95 after `updates` (a list,
+    one a seed) and ends at `final`."""
+    return [dict(dict(kind_of_machine=machine, record="r", epochs=24,
+                      optimizer="sgd", val_accuracy=final,
+                      evals=[[0, u, 0.95]]), seed=seed, **fields)
+            for seed, u in zip(seeds, updates)]
+
+
+def _defaults(updates, machine=report.BASELINE_MACHINE):
+    return _seed_runs(machine, plans.DECISIVE_SEEDS, updates,
+                      **dict(report.DEFAULTS, batch=128))
+
+
+def _ramp(updates, final=0.91):
+    return _seed_runs(report.BASELINE_MACHINE, plans.DECISIVE_SEEDS, updates,
+                      final, kind="ramp", batch=128, rate=0.4)
+
+
+def test_a_baseline_without_runs_says_not_run_yet_with_no_numbers():
+    runs = _defaults([500.0 + 10 * i for i in range(10)])
+    found = report.baseline_findings(runs)
+    assert [f["name"] for f in found] == [n for n, _, _ in report.BASELINE_ARMS]
+    for f in found:
+        assert f["n"] == (10, 0) and f["result"] is None
+        assert f["status"] == "not run yet (n = 0)"
+    lines = report.baseline_lines(found)
+    assert all(line.endswith("n = 10 vs 0): not run yet (n = 0).")
+               for line in lines)
+    # One seed: no interval, no verdict.
+    one = report.baseline_findings(runs + _ramp([500.0])[:1])
+    assert one[1]["status"] == "n = 1, no interval"
+
+
+def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
+    spread = [500.0 + 40 * i for i in range(10)]
+    found = report.baseline_findings(_defaults(spread) + _ramp(spread[::-1]))
+    ramp = found[1]
+    assert ramp["n"] == (10, 10)
+    res = ramp["result"]
+    assert {res["targets"][t]["verdict"] for t in report.TARGETS} == {
+        "cannot tell"}
+    assert res["accuracy"]["verdict"] == "cannot tell"
+    assert ramp["ramp"].startswith("The fixed ramp matches the grown batch")
+    line = report.baseline_lines(found)[1]
+    assert "among those" in line and line.endswith(ramp["ramp"])
+    # A ramp that needs twice the updates: the grown batch ahead there.
+    slow = report.baseline_findings(
+        _defaults(spread) + _ramp([2 * u for u in spread]))[1]
+    assert slow["ramp"].startswith("The grown batch is ahead of the fixed "
+                                   "ramp on 0.88, 0.89, 0.90, 0.905")
+    assert "final accuracy" not in slow["ramp"]
+    # Other machine kinds' runs never enter the baselines.
+    moved = [dict(r, kind_of_machine="CPU VM / JAX")
+             for r in _ramp(spread)]
+    assert report.baseline_findings(_defaults(spread) + moved)[1]["n"] \
+        == (10, 0)
+
+
+def _depth_run(machine, optimizer, rate, seed, reach, final):
+    """A ResNet-20 w16 run at 4,096: 0.95 after `reach` updates, or only
+    0.85 (never 0.90) with `reach` None."""
+    spec = plans.fixed(4096, rate, [seed], epochs=plans.DEPTH_EPOCHS,
+                       optimizer=optimizer, workload="resnet20_w16")[0]
+    return dict(spec, kind_of_machine=machine, record="lars_depth_study",
+                val_accuracy=final, train_loss_per_epoch=[1.0],
+                evals=[[0, reach or 150, 0.95 if reach else 0.85]])
+
+
+H200, CPU_TF = "H200 / JAX", "CPU VM / TensorFlow"
+# Each optimizer's sweep on seed 100 (the H200's grid, the CPU's
+# extensions), its best interior: SGD 0.8, LARSMixed 5, LAMBMixed 0.032.
+_SWEEPS = {"sgd": ([0.4, 0.8, 1.6, 3.2], 0.8, []),
+           "lars_mixed": ([20.0, 40.0, 80.0, 160.0], 5.0, [10.0, 5.0, 2.5]),
+           "lamb_mixed": ([0.032, 0.064, 0.128, 0.256], 0.032, [0.016])}
+
+
+def _depth_records(measure=(101, 102, 103), finals=None):
+    finals = finals or {"sgd": 0.82, "lars_mixed": 0.90, "lamb_mixed": 0.915}
+    runs = []
+    for o, (grid, best, extra) in _SWEEPS.items():
+        runs += [_depth_run(machine, o, r, 100, 100 if r == best else None,
+                            0.8) for machine, rates in ((H200, grid),
+                                                        (CPU_TF, extra))
+                 for r in rates]
+        runs += [_depth_run(CPU_TF, o, best, s, 100 + s if o != "sgd" else None,
+                            finals[o] + 0.001 * (s - 101)) for s in measure]
+    return runs
+
+
+def test_depth_findings_use_the_sweeps_best_on_one_machine_kind():
+    runs = _depth_records()
+    # A measuring run on another kind is never pooled with the CPU's.
+    runs.append(_depth_run(H200, "sgd", 0.8, 101, None, 0.95))
+    found = report.depth_findings(runs)
+    assert found["machine"] == CPU_TF
+    assert "3 of 3 arms complete" in found["machine_why"]
+    assert "H200 / JAX are not pooled" in found["machine_why"]
+    assert {o: (a["rate"], a["n"]) for o, a in found["arms"].items()} == {
+        "sgd": (0.8, 3), "lars_mixed": (5.0, 3), "lamb_mixed": (0.032, 3)}
+    pairs = {(p["a"], p["b"]): p for p in found["pairs"]}
+    lars_sgd = pairs["lars_mixed", "sgd"]["result"]
+    assert lars_sgd["a"]["n"] == lars_sgd["b"]["n"] == 3
+    assert lars_sgd["accuracy"]["diff"] == pytest.approx(0.08)
+    assert lars_sgd["accuracy"]["verdict"] == "ahead"
+    at = lars_sgd["targets"][0.90]
+    assert (at["a_reached"], at["b_reached"]) == (3, 0)
+    assert at["fisher_p"] == pytest.approx(0.05)   # 1 / C(6, 3)
+    # Three seeds: the updates' verdict waits for more.
+    assert at["verdict"] == "cannot tell"
+    lines = report.depth_finding_lines(found)
+    assert lines[0].startswith("- **LARSMixed against SGD, ResNet-20 w16 at "
+                               "4,096** (12 epochs; seeds 101–103; "
+                               "CPU VM / TensorFlow; n = 3 vs 3")
+    assert "Fisher p = 0.050" in lines[0]
+    # The default (rate 10) ran on seed 100 only: n = 1, no interval.
+    d = found["default"]
+    assert d["rate"] == 10.0 and not d["is_best"]
+    assert [c["seed"] for c in d["choosing"]] == [100]
+    assert "n = 1 at the default, no interval" in lines[-1]
+
+
+def test_depth_findings_wait_for_their_runs():
+    found = report.depth_findings(_depth_records(measure=(101,)))
+    assert all(p["status"] == "n = 1, no interval" for p in found["pairs"])
+    none = report.depth_findings(_depth_records(measure=()))
+    assert none["machine"] is None
+    assert all(p["status"] == "not run yet (n = 0)" for p in none["pairs"])
+    # A best still at its sweep's edge: the extension runs first.
+    edge = [r for r in _depth_records(measure=())
+            if not (r["optimizer"] == "lars_mixed" and r["rate"] < 20)]
+    lars = report.depth_findings(edge)["pairs"][0]["status"]
+    assert lars == ("not run yet (n = 0): LARSMixed's best, 20, lies at its "
+                    "sweep's edge; 10 runs first")
+
+
+def test_the_default_row_is_the_plans_rate_10_run_at_4096():
+    """`--lr_scaling=auto` gives LARSMixed at 4,096 the MLPerf table's
+    rate and warmup: exactly the run the depth plan extends its sweep to
+    first, so the report's default row reads that run."""
+    from keras_largebatch.train import recipe
+
+    rate = recipe.peak_learning_rate("lars_mixed", 0, 4096)
+    warmup = recipe.warmup_epochs_for("lars_mixed", "auto", 4096,
+                                      plans.DEPTH_EPOCHS)
+    assert (rate, warmup) == (10.0, pytest.approx(12 * 5 / 42))
+    sweep = [_depth_run(H200, "lars_mixed", r, 100, 100 if r == 20 else None,
+                        0.7) for r in plans.depth_rates("lars_mixed", 4096)]
+    (spec,) = plans.DEPTH.then(sweep)
+    assert runner.run_key(spec) == runner.run_key(dict(
+        spec, rate=rate)) and spec["warmup_epochs"] == warmup
+    found = report.depth_findings(sweep + [dict(
+        spec, kind_of_machine=CPU_TF, record="r", val_accuracy=0.9,
+        train_loss_per_epoch=[1.0], evals=[[0, 80, 0.95]])])
+    assert [c["seed"] for c in found["default"]["choosing"]] == [100]

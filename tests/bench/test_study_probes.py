@@ -3,16 +3,10 @@ batch's validation-loss curve (hand-computed), McCandlish's B_noise
 recovered from its own closed form, the critical batch at a tolerance and
 the batch the defaults ask for from B_simple."""
 
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__)))), "bench", "study"))
-
-import plans  # noqa: E402
-import probes  # noqa: E402
+from bench.study import plans
+from bench.study import probes
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,12 @@ import math
 import pytest
 from scipy import stats as sps
 
+from bench.study import stats
+
 
 @pytest.fixture(scope="module")
-def st(bench_module):
-    return bench_module("study/stats", "study_stats")
+def st():
+    return stats
 
 
 def test_target_crossing_is_interpolated_between_evaluations(st):
@@ -83,9 +85,41 @@ def test_ratio_when_an_arm_never_gets_there(st):
     assert st.ratio_of_medians([500.0] * 5, [None] * 5) == (0.0, 0.0, 0.0)
     assert st.ratio_of_medians([None] * 5, [500.0] * 5) == (
         math.inf, math.inf, math.inf)
-    # Both never: nan, every draw dropped.
-    assert all(math.isnan(x) for x in st.ratio_of_medians([None] * 3,
-                                                          [None] * 3))
+    # Both never: a tie in every draw, which decides nothing.
+    assert st.ratio_of_medians([None] * 3, [None] * 3) == (1.0, 1.0, 1.0)
+    assert st.verdict(1.0, 1.0) == "cannot tell"
+
+
+def test_draws_where_both_arms_never_get_there_are_ties_not_dropped(st):
+    # 5 of 10 seeds reach it against 1 of 10: both medians are "never".
+    a = [500.0 + 10 * i for i in range(5)] + [None] * 5
+    b = [600.0] + [None] * 9
+    ratio, lo, hi = st.ratio_of_medians(a, b)
+    # a's resampled median is finite only when 6 or more of its 10 draws
+    # reach (P = 0.377); b's practically never is (>= 6 of 10 at 0.1): the
+    # draws are 0 (a finite) or 1 (both never, a tie), about 38% / 62%.
+    assert ratio == 1.0 and (lo, hi) == (0.0, 1.0)
+    assert st.verdict(lo, hi, "lower", 1.0) == "cannot tell"
+    # Dropping the tied draws (the old rule) left only the 0s: "ahead".
+    assert st.verdict(0.0, 0.0, "lower", 1.0) == "ahead"
+    at = st.compare(_arm(st, "a", [0.9] * 10, a), _arm(st, "b", [0.9] * 10, b),
+                    (0.9,))["targets"][0.9]
+    assert at["verdict"] == "cannot tell" and (at["a_reached"],
+                                               at["b_reached"]) == (5, 1)
+
+
+def test_the_ratio_among_reaching_seeds_leaves_out_the_others(st):
+    a = [500.0, 520.0, 540.0, 560.0, 580.0, 600.0]
+    b = [1000.0, 1100.0, 1200.0, None, None, None]
+    at = st.compare(_arm(st, "a", [0.9] * 6, a), _arm(st, "b", [0.9] * 6, b),
+                    (0.9,))["targets"][0.9]
+    # All of a's against b's three: medians 550 and 1,100.
+    assert at["reaching_ratio"] == st.ratio_of_medians(a, b[:3])
+    assert at["reaching_ratio"][0] == pytest.approx(550 / 1100)
+    assert at["ratio"][0] == pytest.approx(550 / math.inf)
+    none = st.compare(_arm(st, "a", [0.9] * 5, [None] * 5),
+                      _arm(st, "b", [0.9] * 5, b[:5]), (0.9,))
+    assert all(math.isnan(x) for x in none["targets"][0.9]["reaching_ratio"])
 
 
 def test_welch_interval_matches_its_formula(st):

@@ -6,7 +6,7 @@ Two localhost workers (`workers/adaptive_worker.py`) under
 `keras_largebatch.distribute.MultiWorkerMirroredStrategy` measure the
 noise scale from their two replicas; one process measures it from its two
 accumulated micro-batches. Both start at 2 micro-batches of 32 examples
-on the regression of `test_adaptive_batch.py` (B_simple = 129), 127
+on the regression of `regression_problem.py` (B_simple = 129), 127
 micro-batches an epoch, so that a change waits for an aligned micro-batch.
 """
 

@@ -1,5 +1,5 @@
 """The gradient noise scale from two replicas (TensorFlow) and from
-gradient accumulation agree, on the regression of `test_noise_scale.py`.
+gradient accumulation agree, on the regression of `regression_problem.py`.
 
 Two localhost workers (`workers/gns_worker.py`) under
 `keras_largebatch.distribute.MultiWorkerMirroredStrategy`, global batch

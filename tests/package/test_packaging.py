@@ -28,3 +28,16 @@ def test_a_build_without_tensorflow_says_jax_and_torch_need_no_native_ops(
     assert "fallback" not in out
     assert "deprecat" not in out.lower()
     assert not list((tmp_path / "lib").rglob("*.so"))
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    # pyproject lists its packages by hand: a new folder left out installs
+    # nowhere, and `pip install .` then fails at import.
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in (ROOT / "keras_largebatch").rglob("__init__.py")}
+    found |= {"keras_largebatch.applications"}
+    assert found == listed

@@ -201,7 +201,7 @@ def test_the_flags_check_the_settings_the_callback_is_given(flags, tmp_path,
 def test_a_run_recorded_before_the_anneal_resumes_without_one(policy,
                                                               fraction):
     from keras_largebatch.adaptive_batch import defaults
-    from keras_largebatch.train import resume
+    from keras_largebatch.train.checkpointing import resume
 
     old = {"adaptive_batch": policy, "adaptive_start_multiple": 0,
            "noise_scale_multiple": 4.0, "adaptive_learning_rate": "auto"}

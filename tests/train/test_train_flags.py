@@ -2,16 +2,20 @@
 
 import ast
 import dataclasses
+import inspect
 import json
 import os
+import re
 
 import pytest
 from absl import flags as absl_flags
 
+from keras_largebatch.train import batch_schedule
+from keras_largebatch.train import builders
 from keras_largebatch.train import flags
 from keras_largebatch.train import main as train_main
 from keras_largebatch.train import outputs
-from keras_largebatch.train import resume
+from keras_largebatch.train.checkpointing import resume
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs",
                     "training.md")
@@ -63,10 +67,9 @@ def test_each_checked_flag_refuses_a_bad_value_naming_it(flag, tmp_path,
 
 
 def test_run_config_is_a_frozen_typed_part_per_group(tmp_path):
-    fields = dataclasses.fields(flags.RunConfig)
-    assert [(f.name, f.type) for f in fields] == list(flags.CONFIGS.items())
     config = train_main.parse(["prog", f"--model_dir={tmp_path}",
                                "--epochs=3", "--momentum=0.8"])
+    assert isinstance(config, flags.RunConfig)
     assert (config.training.epochs, config.runtime.model_dir,
             config.optimization.momentum) == (3, str(tmp_path), 0.8)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -79,28 +82,71 @@ def test_run_config_is_a_frozen_typed_part_per_group(tmp_path):
                for rule in flags.RULES)
 
 
-def test_each_flag_is_in_exactly_one_group_whose_fields_are_its_flags():
+def test_written_out_run_config_holds_each_flag_once_as_the_table_types_it():
+    """`run_config.py` is written field by field: each flag of the table
+    is a field of exactly one group, its own, in the table's order, with
+    the table's type and default (parsed, for a flag with a grammar)."""
+    parts = dataclasses.fields(flags.RunConfig)
+    assert [part.name for part in parts] == list(flags.GROUPS)
     assert all(flag.group in flags.GROUPS for flag in flags.TABLE)
-    assert list(flags.CONFIGS) == list(flags.GROUPS)
-    names = []
-    for group, made in flags.CONFIGS.items():
-        fields = [(f.name, f.type) for f in dataclasses.fields(made)]
-        assert fields == [(flag.name, flag.type) for flag in flags.TABLE
-                          if flag.group == group], group
-        assert fields, f"{group} has no flag"
-        assert made.__dataclass_params__.frozen, group
-        names += [name for name, _ in fields]
-    assert sorted(names) == sorted(flags.BY_NAME)
-    assert len(names) == len(set(names)) == len(flags.TABLE)
+    holders = {}
+    for part in parts:
+        assert part.type.__dataclass_params__.frozen, part.name
+        assert part.default == part.type(), part.name
+        fields = dataclasses.fields(part.type)
+        assert fields, f"{part.name} has no flag"
+        for field in fields:
+            holders.setdefault(field.name, []).append(part.name)
+            flag = flags.BY_NAME.get(field.name)
+            assert flag is not None, f"{part.name}.{field.name}: no flag"
+            assert (field.type, field.default) == (
+                flag.type, flag.config_default), field.name
+        assert [f.name for f in fields] == [
+            flag.name for flag in flags.TABLE if flag.group == part.name]
+    assert holders == {flag.name: [flag.group] for flag in flags.TABLE}
+    assert flags.RunConfig().flat() == {
+        flag.name: flag.config_default for flag in flags.TABLE}
+
+
+def test_batch_schedule_is_parsed_once_into_epoch_batch_pairs(tmp_path):
+    config = train_main.parse(
+        ["prog", f"--model_dir={tmp_path}", "--epochs=3",
+         "--gradient_accumulation_steps=2", "--adaptive_batch=schedule",
+         "--batch_schedule=1:64, 2:128"])
+    assert config.adaptive.batch_schedule == ((1, 64), (2, 128))
+    # run_config.json and the errors write it as the command line does.
+    assert config.recorded()["batch_schedule"] == "1:64,2:128"
+    assert flags.RunConfig().adaptive.batch_schedule == ()
+    assert flags.RunConfig().recorded()["batch_schedule"] == ""
+
+
+@pytest.mark.parametrize("text", ["1", "1:", ":64", "one:64", "-1:64",
+                                  "1:0", "1:64:2", "1:6.4"])
+def test_a_malformed_batch_schedule_is_refused_naming_it(text):
+    with pytest.raises(ValueError, match=(
+            r"`batch_schedule` must be EPOCH:BATCH,\.\.\. .* Received: "
+            rf"batch_schedule='{re.escape(text)}'")):
+        batch_schedule.parse("batch_schedule", text)
+
+
+def test_the_adaptive_batch_builder_takes_the_parsed_schedule():
+    adaptive = dataclasses.replace(
+        flags.RunConfig().adaptive, adaptive_batch="schedule",
+        batch_schedule=((0, 32), (1, 64)))
+    [callback] = builders._adaptive_batch(adaptive, 16)
+    assert [tuple(step) for step in callback.schedule] == [(0, 32), (1, 64)]
+    source = inspect.getsource(builders._adaptive_batch)
+    assert "split" not in source and "flags" not in source
 
 
 def test_builders_take_parts_of_the_config_not_all_of_it():
-    """Only the driver (main.py), the summary (report.py) and flags.py
-    hold the whole `RunConfig`; every other function names the parts."""
+    """Only the driver (main.py), the summary (report.py) and the flags'
+    rules (flag_rules.py) hold the whole `RunConfig`; every other function
+    names the parts."""
     root = os.path.dirname(flags.__file__)
     for folder, _, files in os.walk(root):
         for name in (f for f in files if f.endswith(".py")):
-            if name in ("main.py", "report.py", "flags.py"):
+            if name in ("main.py", "report.py", "flag_rules.py"):
                 continue
             path = os.path.join(folder, name)
             with open(path) as f:

@@ -169,17 +169,20 @@ def test_a_process_killed_within_an_epoch_costs_at_most_the_steps_since(
 @pytest.mark.parametrize("killed_after", ["weights", "metadata"])
 def test_an_epoch_backup_killed_while_saving_resumes_one_whole_epoch(
         killed_after, tmp_path, monkeypatch):
-    from keras_largebatch.train import outputs
+    from keras_largebatch.train.checkpointing import backup
+    from keras_largebatch.train.checkpointing import files
+    from keras_largebatch.train.checkpointing import restore
 
     def model():
         m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
         m.compile(optimizer="sgd", loss="mse")
         return m
 
+    folder = str(tmp_path / "backup")
     saved = model()
-    backup = outputs.Backup(str(tmp_path))
-    backup.set_model(saved)
-    backup.on_epoch_end(0)  # Epoch 1 saved whole.
+    callback = backup.Backup(folder)
+    callback.set_model(saved)
+    callback.on_epoch_end(0)  # Epoch 1 saved whole.
     first = saved.get_weights()
     saved.set_weights([w + 1 for w in first])
     # Epoch 2's save stops after its staged weights, or after the metadata.
@@ -189,16 +192,18 @@ def test_an_epoch_backup_killed_while_saving_resumes_one_whole_epoch(
         raise KeyboardInterrupt
 
     if killed_after == "weights":
-        monkeypatch.setattr(outputs, "write_json", kill)
+        monkeypatch.setattr(files, "write_json", kill)
     else:
         monkeypatch.setattr(os, "replace", lambda a, b: (
             kill() if os.path.basename(a).startswith("staged_") else real(a, b)))
     with pytest.raises(KeyboardInterrupt):
-        backup.on_epoch_end(1)
+        callback.on_epoch_end(1)
     monkeypatch.undo()
 
+    start, skipped = restore.choose(str(tmp_path))
+    assert skipped == []
     restored = model()
-    again = outputs.Backup(str(tmp_path))
+    again = backup.Backup(folder, start=start)
     again.set_model(restored)
     again.on_train_begin()
     epoch, weights = ((1, first) if killed_after == "weights"

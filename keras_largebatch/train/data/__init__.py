@@ -96,8 +96,8 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
 
     With `resumable` (`--checkpoint_every_steps`), Grain's training data
     is a `grain_pipeline.resumable`, whose position a checkpoint saves;
-    `position` (a `resume.Position` within `initial_epoch`)
-    starts it there: at Grain's saved iterator state, or for tf.data at
+    `position` (a `checkpointing.within_epoch.Position` within
+    `initial_epoch`) starts it there: at Grain's saved iterator state, or for tf.data at
     the saved micro-batch.
     """
     drop = devices.replicas > 1

@@ -5,7 +5,7 @@ worker (absent: one process, no strategy). JSON keys: `out` (a JSON file:
 per policy, the logs per epoch, the k in effect at each micro-batch and
 the noise-scale source), `policies` (of `"noise_scale"`, `"schedule"`),
 `batch_size` (global, per micro-batch), `epochs`, `timeout` (collective,
-seconds). The problem is the regression of `tests/test_adaptive_batch.py`:
+seconds). The problem is the regression of `tests/regression_problem.py`:
 y = x.w* + noise, x ~ N(0, I_64), weights held still (Keras SGD at rate 0,
 two micro-batches per update to start), B_simple = 129.
 """

@@ -5,7 +5,7 @@ Usage: `python gns_worker.py '<json>'`, with `TF_CONFIG` set for a worker
 callback's logs per epoch and its source), `optimizer` (`"sgd"` or
 `"lars_mixed"`), `accumulation` (gradient accumulation steps, default
 none), `batch_size` (global, per step), `epochs`, `timeout` (collective,
-seconds). The problem is the regression of `tests/test_noise_scale.py`:
+seconds). The problem is the regression of `tests/regression_problem.py`:
 y = x.w* + noise, x ~ N(0, I_64), weights held still, B_simple = 129.
 """
 

@@ -1,6 +1,6 @@
-"""The runner of `bench/gpu_campaign.py`: each task (a JSON dict) runs in
-a process of its own, `gpu_campaign.py --child TASK`, on its backend (Keras
-fixes it at import), by `TASKS[part](task)`; a `Campaign` keeps the record
+"""The runner of the GPU check: each task (a JSON dict) runs in a process
+of its own, `python -m bench.gpu_campaign --child TASK`, on its backend
+(Keras fixes it at import), by `TASKS[part](task)`; a `Campaign` keeps the record
 (`<out>.json`, resumed from, and `<out>.md`) and the budget, and runs a
 part's tasks one after another (`run_items`).
 """
@@ -14,12 +14,11 @@ import subprocess
 import sys
 import time
 
-from runner import now  # The study's runner (bench/study/).
-from runner import nvidia_smi
-from runner import version
+import bench
+from bench.study.runner import now
+from bench.study.runner import nvidia_smi
+from bench.study.runner import version
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "gpu_campaign.py")
 VERSIONS = ["keras", "jax", "jaxlib", "torch", "numpy", "grain"]
 NO_GPU = 3  # A child's exit code: no GPU where the campaign needs one.
 # Part a's optimizers: the name a result records, and the optimizer's in
@@ -32,27 +31,18 @@ OPTIMIZERS = {
 }
 
 
-def bench_module(name):
-    """`bench/<name>.py`, imported by its path (the repository's top-level
-    `applications/` package must not shadow `bench/micro/applications.py`)."""
-    key = "bench_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            key, os.path.join(HERE, "micro", name + ".py"))
-        sys.modules[key] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[key])
-    return sys.modules[key]
-
-
 def child(task):
     """Runs one task (JSON) in this process and prints `RESULT <json>`
     with the backend and device; exits `NO_GPU` instead where the device is
     a CPU and the task is not the smoke's."""
+    # The micro-benchmarks import Keras: in the tasks' processes only.
     import keras
+
+    from bench.micro import applications
 
     task = json.loads(task)
     backend = keras.backend.backend()
-    device = bench_module("applications").device_name(backend)
+    device = applications.device_name(backend)
     if not task["smoke"] and device.startswith("cpu"):
         print(f"{backend} sees no GPU ({device})", file=sys.stderr)
         return NO_GPU
@@ -93,7 +83,7 @@ class Campaign:
                      " campaign's opposite; use another --out")
         self.record["smoke"] = args.smoke
         self.session = dict(
-            started=now(), command="python bench/gpu_campaign.py "
+            started=now(), command="python -m bench.gpu_campaign "
             + " ".join(sys.argv[1:]), parts=args.parts,
             host=f"{platform.machine()}, {os.cpu_count()} CPUs",
             gpu=nvidia_smi("name,memory.total,driver_version").replace(
@@ -173,11 +163,13 @@ class Campaign:
         A process that finds no GPU ends the campaign: only the smoke may
         run on a CPU, where a campaign would spend its budget measuring
         nothing."""
-        env = dict(self.environ, KERAS_BACKEND=task["backend"],
-                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+        env = bench.environ(dict(
+            self.environ, KERAS_BACKEND=task["backend"],
+            TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1"))
         try:
             proc = subprocess.run(
-                [sys.executable, SCRIPT, "--child", json.dumps(task)], env=env,
+                bench.command("bench.gpu_campaign", "--child", json.dumps(task)),
+                env=env,
                 capture_output=True, text=True,
                 timeout=None if seconds == float("inf") else max(seconds, 1))
             out, err, code = proc.stdout, proc.stderr, proc.returncode
@@ -202,13 +194,15 @@ class Campaign:
 def task_a(task):
     import keras
 
-    apps = bench_module("applications")
+    from bench.micro import applications as apps
+    from bench.micro import optimizer_step
+
     s = task["settings"]
     keras.backend.clear_session()
     keras.config.set_dtype_policy(s["precision"])
     model = apps.build_model(task["model"], s["size"])
     label, name = OPTIMIZERS[task["optimizer"]]
-    optimizer = bench_module("optimizer_step").optimizers()[name]()
+    optimizer = optimizer_step.optimizers()[name]()
     result = apps.fit_images_per_s(
         model, optimizer, s["batch"], s["size"], s["steps"], s["warmup"],
         jit_compile=True if task.get("compiled") else "auto")
@@ -217,7 +211,9 @@ def task_a(task):
 
 
 def task_b(task):
-    _, ms = bench_module("optimizer_step").measure_backend(
+    from bench.micro import optimizer_step
+
+    _, ms = optimizer_step.measure_backend(
         task["settings"]["steps"], task["settings"]["optimizers"])
     return ms
 

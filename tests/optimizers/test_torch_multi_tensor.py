@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_optimizers_lamb import reference_lamb  # noqa: E402
-from test_optimizers_lars_reference import reference_lars  # noqa: E402
+from test_lamb import reference_lamb  # noqa: E402
+from test_lars_reference import reference_lars  # noqa: E402
 
 SCALE = 2.0**10
 LARS_ARGS = dict(momentum=0.9, eta=0.02, weight_decay=1e-2)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU image rehearsed on this CPU (bench/README.md): a Python 3.12 venv
 # with the image's packages, every other one only from the folder
-# `--prepare` makes, then `bench/gpu_campaign.py --smoke`. Steps 1 and 2
-# need the network; PYTHON312 names the interpreter.
+# `--prepare` makes, then `python -m bench.gpu_campaign --smoke` with the
+# repository on PYTHONPATH. Steps 1 and 2 need the network; PYTHON312 names
+# the interpreter.
 #
-#   bench/gpu_campaign_rehearsal.sh [WORK]   # default /tmp/gpu_campaign_rehearsal
+#   bench/gpu_campaign/rehearsal.sh [WORK]   # default /tmp/gpu_campaign_rehearsal
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mkdir -p "${1:-/tmp/gpu_campaign_rehearsal}" && cd "${1:-/tmp/gpu_campaign_rehearsal}" && pwd)
 PYTHON312=${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}
 IMAGE=(jax==0.11.2 jaxlib==0.11.2 numpy optax absl-py h5py ml-dtypes rich
@@ -18,7 +19,7 @@ echo "== 1. the image's packages, Python $("$PYTHON312" -c 'import platform; pri
 "$VENV_PY" -m pip install -q "${IMAGE[@]}"
 
 echo "== 2. the prepared folder (python3 of the repository, with the network)"
-python3 "$ROOT/bench/gpu_campaign.py" --prepare "$WORK/prepared" | tail -n 4
+(cd "$ROOT" && python3 -m bench.gpu_campaign --prepare "$WORK/prepared") | tail -n 4
 
 echo "== 3. the prepared wheels and what they need, from that folder alone"
 env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
@@ -29,5 +30,5 @@ env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
 echo "== 4. the smoke"
 rm -rf "$WORK/smoke"
 cd "$WORK"
-time PYTHONPATH="$ROOT" "$VENV_PY" "$ROOT/bench/gpu_campaign.py" --smoke \
+time PYTHONPATH="$ROOT" "$VENV_PY" -m bench.gpu_campaign --smoke \
   --out "$WORK/smoke/campaign" --data_dir "$WORK/prepared/fashion-mnist"

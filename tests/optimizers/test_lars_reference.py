@@ -319,12 +319,12 @@ def test_tensorflow_squared_norm_paths_equal_float64(shape, jit):
     # multiples of 8 (from 4,096), a dot product otherwise.
     import tensorflow as tf
 
-    from keras_largebatch.optimizers import layerwise
+    from keras_largebatch.optimizers import norms
 
     rng = np.random.default_rng(11)
     x = (10.0 ** rng.uniform(-6, -2, shape) * rng.choice([-1, 1], shape))
     x32 = x.astype("float32")
-    got = tf.function(layerwise.squared_norm, jit_compile=jit)(tf.constant(x32))
+    got = tf.function(norms.squared_norm, jit_compile=jit)(tf.constant(x32))
     expected = np.sum(x32.astype(np.float64) ** 2)
     np.testing.assert_allclose(float(got), expected, rtol=2e-6)
 
@@ -369,11 +369,11 @@ def test_mixed_takes_gradient_norms_from_the_finiteness_check(monkeypatch):
     # One read of each gradient serves the check and the trust ratio: the
     # rule computes only weight norms (the generic path; torch's fused path
     # reads the same sums through `torch_foreach.norms`).
-    from keras_largebatch.optimizers import layerwise
+    from keras_largebatch.optimizers import norms
 
     calls = []
-    norm = layerwise.norm
-    monkeypatch.setattr(layerwise, "norm", lambda x: calls.append(1) or norm(x))
+    norm = norms.norm
+    monkeypatch.setattr(norms, "norm", lambda x: calls.append(1) or norm(x))
     model = build_model()
     variables = model.trainable_variables
     optimizer = klb.LARSMixed(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2,

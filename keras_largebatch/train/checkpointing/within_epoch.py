@@ -1,4 +1,4 @@
-"""Checkpoints within an epoch (`--checkpoint_every_steps=N`).
+"""Checkpoints within an epoch (`--checkpoint_every_steps`).
 
 A step is an update: an optimizer step, `--gradient_accumulation_steps`
 micro-batches (more once `--adaptive_batch` grows the batch). Every N
@@ -11,28 +11,49 @@ there), at an update boundary, `StepCheckpoints` writes into `backup/`
     within_epoch.json                    epoch, step, micro-batches, the
                                          data position, the adaptive
                                          batch's pending switch, the
-                                         dropout seed states, the metrics
+                                         dropout seed states, the metrics,
+                                         the weights' name, size and CRC-32
 
-the weights first, the JSON last (each renamed into place): a run killed
-while writing keeps the previous checkpoint. The data position is Grain's
-iterator state (`grain_pipeline.Resumable`) or, for tf.data, the
-micro-batch to start from (`tf_pipeline.batch`'s `initial_step`). A run
-started again resumes from the newer of this and the epoch backup, says
-`resumed from epoch E, step S` (E counted from 1, as Keras' progress
-shows it; S updates into it), runs the rest of that epoch and goes on;
-its weights at the end are those of an uninterrupted run.
+the weights first, the JSON last (each renamed into place), the previous
+weights removed only then (also across an epoch's end, until the run
+ends): a run killed while writing keeps the previous checkpoint, and one
+whose epoch backup is damaged falls back to the last checkpoint within
+the epoch before. The data position is Grain's iterator state
+(`grain_pipeline.Resumable`) or, for tf.data, the micro-batch to start
+from (`tf_pipeline.batch`'s `initial_step`). A run started again resumes
+from the newer of this and the epoch backup that loads whole
+(`restore.choose`), says `resumed from epoch E, step S` (E counted from
+1, as Keras' progress shows it; S updates into it), runs the rest of that
+epoch and goes on; its weights at the end are those of an uninterrupted
+run.
 """
 
-import glob
+import dataclasses
 import os
 
 import keras
 import numpy as np
 
-from keras_largebatch._shared import atomic_path
-from keras_largebatch.train import outputs
-from keras_largebatch.train.resume import POINTER
-from keras_largebatch.train.resume import WEIGHTS
+from keras_largebatch.train.checkpointing import backup
+from keras_largebatch.train.checkpointing import files
+from keras_largebatch.train.checkpointing import names
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """A checkpoint within epoch `epoch` (from 0): `step` updates and
+    `micro_batches` batches of `fit` into it; `data` is the pipeline's
+    position (`{"grain_state": ..., "start_epoch": ...}` or `{}`); the
+    weights file `weights` holds the model and the optimizer."""
+
+    epoch: int
+    step: int
+    micro_batches: int
+    data: dict
+    pending_accumulation_steps: int
+    seed_states: list
+    metrics: list
+    weights: str
 
 
 class StepCheckpoints(keras.callbacks.Callback):
@@ -42,7 +63,7 @@ class StepCheckpoints(keras.callbacks.Callback):
         every: updates between checkpoints (0: none, only resumes).
         save_dir: the folder written (`backup/`).
         steps_per_epoch: batches of `fit` per epoch.
-        restore: the `resume.Position` this run resumes from, or None.
+        restore: the `Position` this run resumes from, or None.
         data: the `grain_pipeline.Resumable` training data, or None
             (tf.data: the position is the micro-batch).
         adaptive: the `AdaptiveBatch` callback, or None.
@@ -72,10 +93,7 @@ class StepCheckpoints(keras.callbacks.Callback):
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.load_weights(position.weights)
-        states = outputs.seed_states(model)
-        if len(states) == len(position.seed_states):
-            for state, value in zip(states, position.seed_states):
-                state.assign(value)
+        backup.restore_seed_states(model, position.seed_states)
         model._initial_epoch = position.epoch
         if self.adaptive is not None:
             self.adaptive.resume_within_epoch(
@@ -110,10 +128,11 @@ class StepCheckpoints(keras.callbacks.Callback):
             self.model.stop_training = False
             self._cut = False
         self.restore = None
-        # The epoch's backup (an earlier callback) is newer now.
-        for path in glob.glob(os.path.join(self.save_dir,
-                                           "within_epoch_*.weights.h5")):
-            os.remove(path)
+        # Kept until the next one is written: the epoch's backup (an
+        # earlier callback) is newer, but may turn out damaged.
+
+    def on_train_end(self, logs=None):
+        self._remove_weights()  # The run is done, its backup whole.
 
     def _accumulation(self):
         if self.adaptive is not None:
@@ -137,25 +156,29 @@ class StepCheckpoints(keras.callbacks.Callback):
     def _save(self, micro):
         model = self.model
         os.makedirs(self.save_dir, exist_ok=True)
-        name = WEIGHTS.format(self._epoch + 1, self.step)
-        with atomic_path(os.path.join(self.save_dir, name)) as tmp:
-            model.save_weights(tmp)
+        name = names.WEIGHTS.format(self._epoch + 1, self.step)
+        written = files.save(model, os.path.join(self.save_dir, name))
         data = {}
         if self.data is not None:
             data = {"grain_state": self.data.state_at(self._consumed),
                     "start_epoch": self.data.start_epoch}
         pending = (self.adaptive.state.pending_accumulation_steps
                    if self.adaptive is not None else None)
-        outputs.write_json(os.path.join(self.save_dir, POINTER), {
+        files.write_json(os.path.join(self.save_dir, names.POINTER), {
             "epoch": self._epoch, "step": self.step, "micro_batches": micro,
             "data": data, "pending_accumulation_steps": pending,
             "seed_states": [s.numpy().tolist()
-                            for s in outputs.seed_states(model)],
+                            for s in backup.seed_states(model)],
             "metrics": [np.asarray(v.numpy()).tolist()
                         for v in model.metrics_variables],
             "weights": name,
+            "written": written,
         })
-        for path in glob.glob(os.path.join(self.save_dir,
-                                           "within_epoch_*.weights.h5")):
-            if os.path.basename(path) != name:
-                os.remove(path)
+        self._remove_weights(keep=name)
+
+    def _remove_weights(self, keep=None):
+        if not os.path.isdir(self.save_dir):
+            return
+        for name in os.listdir(self.save_dir):
+            if names.WEIGHTS_RE.fullmatch(name) and name != keep:
+                os.remove(os.path.join(self.save_dir, name))

@@ -75,3 +75,23 @@ def test_exclude_bias_and_norm_after_build_is_an_error():
     optimizer.build(model.trainable_variables)
     with pytest.raises(ValueError, match="before the optimizer is built"):
         klb.exclude_bias_and_norm(optimizer, model)
+
+
+@pytest.mark.parametrize("cls", [klb.LARSMixed, klb.LAMBMixed])
+@pytest.mark.parametrize("excluded_by", ["var_list", "var_names"])
+def test_keras_exclusions_reach_float16_weights_updated_through_float32_masters(
+        cls, excluded_by, apply_step):
+    # The rule is built on float32 masters; Keras' exclusion names the
+    # float16 variables (Keras 3.16 records it per variable key at `build`).
+    first, second = (keras.Variable(np.ones((2, 3), "float16"), dtype="float16", name=name)
+                     for name in ("first", "second"))
+    optimizer = cls(0.1, weight_decay=0.5, initial_scale=8.0)
+    if excluded_by == "var_list":
+        optimizer.exclude_from_weight_decay(var_list=[first])
+    else:
+        optimizer.exclude_from_weight_decay(var_names=["^fir"])
+    zeros = [np.zeros((2, 3), "float16")] * 2
+    apply_step(optimizer, zeros, [first, second])
+    # A zero gradient moves only a decayed weight.
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(first), 1.0)
+    assert np.all(keras.ops.convert_to_numpy(second) < 1.0)

@@ -14,20 +14,16 @@ import shutil
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-# Beside this file and the study's (also where PYTHONSAFEPATH leaves the
-# script's folder off the path).
-sys.path[:0] = [HERE, os.path.join(HERE, "study")]
 # The plans import the package, hence Keras: on JAX (this machine may have
 # no TensorFlow), as `main` has it.
 os.environ.setdefault("KERAS_BACKEND", "jax")
-import plans  # noqa: E402
-import runner as study_runner  # noqa: E402
-from gpu_campaign_report import markdown  # noqa: E402
-from gpu_campaign_runner import Campaign, Deadline, child  # noqa: E402
+from bench import ROOT  # noqa: E402
+from bench.gpu_campaign.campaign import Campaign, Deadline, child  # noqa: E402
+from bench.gpu_campaign.report import markdown  # noqa: E402
+from bench.study import plans  # noqa: E402
+from bench.study import runner as study_runner  # noqa: E402
 
-RESULTS = os.path.join(HERE, "results", "gpu_campaign")
+RESULTS = os.path.join(study_runner.RESULTS, "gpu_campaign")
 PARTS = ("compiled", "a", "b", "cuda", "c")
 # Part a, (backend, model, optimizer), in order of value: the optimizer
 # ratios on both backends, our models on JAX, then the rest.
@@ -59,7 +55,7 @@ SMOKE = dict(
 PREPARED_LIMIT_MIB = 50  # --prepare's folder: a call carries 64 MiB
 
 # Keras, Grain and what they need beyond the GPU image's Python packages as
-# `bench/gpu_campaign_rehearsal.sh` rehearses them (jax, numpy, optax,
+# `bench/gpu_campaign/rehearsal.sh` rehearses them (jax, numpy, optax,
 # absl-py, h5py, ml-dtypes, rich, matplotlib, tensorboard and its protobuf;
 # the image also has torch, scikit-learn and Pillow).
 WHEELS = ["keras", "namex", "optree", "grain", "array-record", "portpicker",
@@ -192,7 +188,7 @@ def prepare(folder):
     print("python3 -m pip install -q --no-index --no-deps --no-compile "
           f"--no-cache-dir --upgrade --target /tmp/site {rel}/wheels/*.whl && "
           "export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit; "
-          f"python3 bench/gpu_campaign.py --data_dir {rel}/fashion-mnist "
+          f"python3 -m bench.gpu_campaign --data_dir {rel}/fashion-mnist "
           f"--eigen {rel}/eigen.tar.gz 2>&1 | tee $OUT/campaign.log; "
           "cp bench/results/gpu_campaign* bench/results/lars_depth_study.json"
           " $OUT/ 2>/dev/null")
@@ -212,7 +208,7 @@ def run_cuda(campaign):
     if args.smoke and not (os.path.exists(eigen) and shutil.which("nvcc")):
         # The rehearsal compiles the test where nvcc and the headers are.
         print("cuda: skipped in the smoke run (needs nvcc and "
-              f"{eigen}: bench/gpu_campaign.py --prepare)", flush=True)
+              f"{eigen}: python -m bench.gpu_campaign --prepare)", flush=True)
         store.update(skipped=True)
         return True
     cmd = ["bash", os.path.join(ROOT, "native", "tests", "device_test.sh"),
@@ -239,9 +235,9 @@ def run_c(campaign):
     args = campaign.args
     record = campaign.record.setdefault("c", {})
     results = (os.path.dirname(os.path.abspath(args.out)) if args.smoke
-               else os.path.join(HERE, "results"))
+               else study_runner.RESULTS)
     plan = plans.PLANS[args.study_plan]
-    path = os.path.join(results, plan.record + ".json")
+    path = plan.path(results)
     env = dict(campaign.environ, KERAS_BACKEND="jax",
                XLA_PYTHON_CLIENT_MEM_FRACTION=f"{0.9 / args.study_workers:.2f}")
     lines = record.setdefault("lines", [])

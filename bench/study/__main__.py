@@ -1,27 +1,27 @@
 """The study: run a plan's runs, or write the report.
 
-    KERAS_BACKEND=jax python bench/study.py run decisive --workers 2
-    KERAS_BACKEND=jax python bench/study.py run depth_reduced --budget 3600
-    python bench/study.py report
-    python bench/study.py list
-    python bench/study.py merge OTHER/lars_depth_study.json
+    KERAS_BACKEND=jax python -m bench.study run decisive --workers 2
+    KERAS_BACKEND=tensorflow python -m bench.study run baselines --workers 2
+    KERAS_BACKEND=jax python -m bench.study run depth_reduced --budget 3600
+    python -m bench.study report
+    python -m bench.study list
+    python -m bench.study merge OTHER/lars_depth_study.json
 
 `run` starts the plan's runs not yet in its record (`bench/results/
 <record>.json`), `--workers` processes at a time, none after `--budget`
 seconds; runs that wait on others (a sweep's best rate on new seeds) start
 in the same call once those are recorded; a rerun skips the finished runs
 and resumes a stopped one from its last epoch checkpoint. The plans:
-`bench/study/plans.py`.
+`bench/study/plans.py`. Run from the repository's root (or with it on
+`PYTHONPATH`).
 """
 
 import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "study"))
-import plans  # noqa: E402
-import runner  # noqa: E402
+from bench.study import plans
+from bench.study import runner
 
 
 def main(argv=None):
@@ -45,7 +45,7 @@ def main(argv=None):
     m.add_argument("files", nargs="+")
     args = p.parse_args(argv)
     if args.command == "report":
-        import report
+        from bench.study import report
 
         print("\n".join(report.write()))
         return 0
@@ -60,7 +60,7 @@ def main(argv=None):
         return 0
     if args.command == "list":
         for plan in plans.PLANS.values():
-            runs = runner.load(os.path.join(args.results, plan.record + ".json"))
+            runs = runner.load(plan.path(args.results))
             done = {runner.run_key(x) for x in runs}
             specs = plan.all_specs(runs)
             left = sum(runner.run_key(s) not in done for s in specs)
@@ -72,7 +72,7 @@ def main(argv=None):
     if args.budget < 0:
         p.error(f"--budget must be >= 0. Received: {args.budget}")
     plan = plans.PLANS[args.plan]
-    path = os.path.join(args.results, plan.record + ".json")
+    path = plan.path(args.results)
 
     def specs(runs):
         return [s for s in plan.all_specs(runs) if args.only in runner.run_key(s)]

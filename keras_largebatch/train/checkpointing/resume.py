@@ -4,7 +4,8 @@ A run is resumed from `backup/`: the state at the end of its last finished
 epoch (an epoch interrupted half-way is replayed from its start, with the
 same data and augmentation, see `data.tf_pipeline.batch`), or, with
 `--checkpoint_every_steps`, the newer state within the epoch after it
-(`step_checkpoints.py`). Every flag
+(`within_epoch.py`), whichever is the newest that loads whole
+(`restore.choose`, which says what it skipped). Every flag
 must match the original run's `run_config.json`, except:
 
 - the flags marked free in the flag table (`flags.FREE`), which change
@@ -36,47 +37,14 @@ import os
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
 from keras_largebatch.adaptive_batch import policies as adaptive_policies
+from keras_largebatch.train import PROG
+from keras_largebatch.train.checkpointing import disk
+from keras_largebatch.train.checkpointing import names
+from keras_largebatch.train.checkpointing import restore
 from keras_largebatch.train.flags import FREE
 from keras_largebatch.train.flags import RAISABLE
 
-RAISES_FILE = "epochs_raised.json"
-BACKUP_METADATA = os.path.join("backup", "training_metadata.json")
-# The checkpoint within an epoch in backup/ (`step_checkpoints.py`).
-POINTER = "within_epoch.json"
-WEIGHTS = "within_epoch_{:03d}_{:06d}.weights.h5"
-
-
-@dataclasses.dataclass(frozen=True)
-class Position:
-    """A checkpoint within epoch `epoch` (from 0): `step` updates and
-    `micro_batches` batches of `fit` into it; `data` is the pipeline's
-    position (`{"grain_state": ..., "start_epoch": ...}` or `{}`); the
-    weights file `weights` holds the model and the optimizer."""
-
-    epoch: int
-    step: int
-    micro_batches: int
-    data: dict
-    pending_accumulation_steps: int
-    seed_states: list
-    metrics: list
-    weights: str
-
-
-def within_epoch(backup_dir, finished_epochs):
-    """The `Position` in `backup_dir`, if it lies in the epoch after the
-    `finished_epochs` of the epoch backup (else it is older), else None."""
-    path = os.path.join(backup_dir, POINTER)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        saved = json.load(f)
-    position = Position(**{field.name: saved[field.name]
-                           for field in dataclasses.fields(Position)})
-    if position.epoch != finished_epochs:
-        return None
-    return dataclasses.replace(
-        position, weights=os.path.join(backup_dir, position.weights))
+RAISES_FILE = names.RAISES
 
 
 class ResumeError(ValueError):
@@ -92,16 +60,26 @@ class Resume:
     epochs: int             # --epochs now
     finished_epochs: int    # epochs in backup/ (0 before the first ends)
     raises: list            # the records of epochs_raised.json
-    within_epoch: object = None  # a `Position`, or None
+    within_epoch: object = None  # a `within_epoch.Position`, or None
+    start: object = None    # the `restore.Start` loaded, or None
 
     @property
     def raised(self):
         return self.epochs > self.epochs_before
 
 
-def check(model_dir, run_config):
-    """Returns `Resume`, or None for a new run; raises `ResumeError`."""
-    config_path = os.path.join(model_dir, "run_config.json")
+def check_model_dir(model_dir, run_config, train=True):
+    """Refuses a `model_dir` that is no writable folder (`disk.py`);
+    returns `check`'s `Resume`, or None for a new run."""
+    disk.check_model_dir(model_dir)
+    return check(model_dir, run_config, train)
+
+
+def check(model_dir, run_config, train=True):
+    """Returns `Resume`, or None for a new run; raises `ResumeError`, or
+    `restore.NoCheckpoint` when `train`ing and no checkpoint loads (where
+    one was skipped, says so on one line)."""
+    config_path = os.path.join(model_dir, names.RUN_CONFIG)
     if not os.path.exists(config_path):
         return None
     original = upgrade(_read(config_path))
@@ -115,10 +93,15 @@ def check(model_dir, run_config):
             f"`epochs` can only be raised when resuming: the run in "
             f"`model_dir` trains for epochs={epochs_before}; fewer would "
             f"change its schedule. Received: epochs={epochs}")
-    metadata = _read(os.path.join(model_dir, BACKUP_METADATA), {})
-    finished = int(metadata.get("epoch", 0))
-    return Resume(original, epochs_before, epochs, finished, raises,
-                  within_epoch(os.path.join(model_dir, "backup"), finished))
+    if not train:  # --mode=eval reads checkpoints/ only.
+        return Resume(original, epochs_before, epochs, 0, raises)
+    start, skipped = restore.choose(model_dir)
+    if skipped:
+        print(f"{PROG}: skipped {'; '.join(skipped)}; resuming at "
+              f"{start.describe(model_dir)}")
+    return Resume(original, epochs_before, epochs,
+                  start.epoch if start else 0, raises,
+                  start.position if start else None, start)
 
 
 # The flags whose meaning of a default changed with the adaptive batch's
@@ -166,7 +149,7 @@ def adopt(values, given):
     """`values` ({flag: value}) with the flags of `CHANGED_DEFAULTS` not in
     `given` set to the run's in `values["model_dir"]` (`upgrade`d), if
     one is there: a resumed run keeps the defaults it began with."""
-    path = os.path.join(values.get("model_dir") or "", "run_config.json")
+    path = os.path.join(values.get("model_dir") or "", names.RUN_CONFIG)
     if not values.get("model_dir") or not os.path.exists(path):
         return values
     original = upgrade(_read(path))
@@ -227,7 +210,7 @@ def step_randomness(seed, within_epoch=None):
     first epoch of a process consumes differently); seeding it from
     `(seed, epoch, step)` makes a replayed epoch draw what the original
     drew. (Layers' own `SeedGenerator` states travel in the backup.) A run
-    resumed `within_epoch` (a `Position`) counts that
+    resumed `within_epoch` (a `within_epoch.Position`) counts that
     epoch's steps from where it resumed.
     """
     import keras

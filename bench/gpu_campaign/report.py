@@ -1,13 +1,10 @@
-"""The report of `bench/gpu_campaign.py`: `<out>.md` from the record, a
-table of the calls, then each part's numbers against its targets."""
-
-from gpu_campaign_runner import bench_module
-
+"""The report of the GPU check: `<out>.md` from the record, a table of the
+calls, then each part's numbers against its targets."""
 
 
 def markdown(record):
     """The tables of `record`."""
-    lines = ["# GPU campaign (`bench/gpu_campaign.py`)", ""]
+    lines = ["# GPU campaign (`python -m bench.gpu_campaign`)", ""]
     if record.get("smoke"):
         lines += ["**Smoke run**: tiny sizes on whatever machine ran it; the "
                   "numbers measure nothing.", ""]
@@ -58,7 +55,8 @@ def markdown(record):
             else "not measured"))
     b = record.get("b")
     if b:
-        pairs = bench_module("optimizer_step").PAIRS
+        from bench.micro.optimizer_step import PAIRS as pairs
+
         names = [n for pair in pairs for n in pair]
         lines += [
             "", "## b. Optimizer step (`bench/micro/optimizer_step.py`)", "",

@@ -17,9 +17,7 @@ the weights (epoch N-1's and the final model's) plus the backup.
 `--mode=eval`, `latest` and `--init_weights` read either format.
 """
 
-import glob
 import os
-import re
 import shutil
 import zipfile
 
@@ -27,10 +25,9 @@ import keras
 
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import check_int
-
-EPOCH_PATTERN = "epoch_{:03d}.weights.h5"
-FINAL_PATTERN = "epoch_{:03d}.keras"
-EXPORT = "final.keras"
+from keras_largebatch.train.checkpointing import files
+from keras_largebatch.train.checkpointing import names
+from keras_largebatch.train.checkpointing.names import epoch_of
 
 
 def weights_only(model):
@@ -40,8 +37,7 @@ def weights_only(model):
 
 def save_weights(model, path):
     """Writes `model`'s weights (no optimizer state) to `path` atomically."""
-    with atomic_path(path) as tmp:
-        weights_only(model).save_weights(tmp)
+    files.save(weights_only(model), path)
 
 
 def save_model(model, path):
@@ -51,13 +47,17 @@ def save_model(model, path):
     here (float32 weights shrink a little, see docs/training.md, and
     `keras.models.load_model` reads either).
     """
-    with atomic_path(path) as tmp:
-        weights_only(model).save(tmp)
+    twin = weights_only(model)
+
+    def write(tmp):
+        twin.save(tmp)
         _deflate(tmp)
+
+    files.save(twin, path, write)
 
 
 def _deflate(path):
-    packed = path + ".deflated"
+    packed = path + ".deflated"  # A .tmp- name too: litter if killed.
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(
             packed, "w", compression=zipfile.ZIP_DEFLATED,
             compresslevel=1) as dst:
@@ -81,24 +81,17 @@ class EpochCheckpoints(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self.keep:
             return
-        name = EPOCH_PATTERN.format(epoch + 1)
+        name = names.EPOCH.format(epoch + 1)
         save_weights(self.model, os.path.join(self.folder, name))
         prune(self.folder, self.keep)
 
 
 def epoch_checkpoints(folder):
     """The epoch checkpoints in `folder` (both formats), oldest first."""
-    found = glob.glob(os.path.join(folder, "epoch_[0-9]*.weights.h5"))
-    found += glob.glob(os.path.join(folder, "epoch_[0-9]*.keras"))
-    return sorted((p for p in found if epoch_of(p) is not None),
-                  key=lambda p: (epoch_of(p), p.endswith(".keras")))
-
-
-def epoch_of(path):
-    """The epoch in a checkpoint's name (`epoch_006...` -> 6), else None."""
-    match = re.fullmatch(r"epoch_(\d+)\.(weights\.h5|keras)",
-                         os.path.basename(path))
-    return int(match.group(1)) if match else None
+    found = [os.path.join(folder, name) for name in (
+        os.listdir(folder) if os.path.isdir(folder) else ())
+        if names.EPOCH_RE.fullmatch(name)]
+    return sorted(found, key=lambda p: (epoch_of(p), p.endswith(".keras")))
 
 
 def prune(folder, keep):
@@ -115,13 +108,13 @@ def save_final(model, folder, model_dir, epoch, keep=2):
     With `keep` 0, or where the file system has no hard links, `final.keras`
     is a file of its own.
     """
-    export = os.path.join(model_dir, EXPORT)
+    export = os.path.join(model_dir, names.EXPORT)
     if not keep:
         save_model(model, export)
         return
-    final = os.path.join(folder, FINAL_PATTERN.format(epoch))
+    final = os.path.join(folder, names.FINAL.format(epoch))
     save_model(model, final)
-    weights = os.path.join(folder, EPOCH_PATTERN.format(epoch))
+    weights = os.path.join(folder, names.EPOCH.format(epoch))
     if os.path.exists(weights):
         os.remove(weights)
     prune(folder, keep)
@@ -129,15 +122,20 @@ def save_final(model, folder, model_dir, epoch, keep=2):
         with atomic_path(export) as tmp:
             os.link(final, tmp)
     except OSError:  # No hard links here: a copy.
-        with atomic_path(export) as tmp:
-            shutil.copyfile(final, tmp)
+        try:
+            with atomic_path(export) as tmp:
+                shutil.copyfile(final, tmp)
+        except OSError as e:
+            raise files.SaveError(
+                f"could not write {export} ({e.strerror or e}); "
+                f"{final} holds the final model") from None
 
 
 def latest(model_dir):
     """The newest checkpoint of the run in `model_dir`: its newest epoch
     checkpoint, else `final.keras`, else None."""
-    found = epoch_checkpoints(os.path.join(model_dir, "checkpoints"))
+    found = epoch_checkpoints(os.path.join(model_dir, names.CHECKPOINTS))
     if found:
         return found[-1]
-    export = os.path.join(model_dir, EXPORT)
+    export = os.path.join(model_dir, names.EXPORT)
     return export if os.path.exists(export) else None

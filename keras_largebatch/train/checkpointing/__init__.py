@@ -1,0 +1,86 @@
+"""A run's checkpoints, in one package (file names: `names.py`).
+
+    check_model_dir(model_dir, run_config, train)  -> resume.Resume or None
+        a writable folder (`disk.py`); resuming, the flags compared
+        (`resume.py`) and the newest checkpoint that loads whole chosen
+        (`restore.py`), before data and model are built
+    tidy(model_dir)             removes what a killed run left (temporaries,
+                                staged backups), at the start of training
+    Backup                      the epoch backup (`backup.py`)
+    StepCheckpoints             the checkpoint within an epoch
+                                (`within_epoch.py`)
+    EpochCheckpoints, save_final, latest
+                                epoch checkpoints and the final model
+                                (`epochs.py`)
+    SaveError                   a checkpoint that could not be written
+                                (`files.py`: every save goes through
+                                `files.save`)
+
+Every checkpoint file is written to a temporary name and renamed into
+place; its pointer (the JSON file naming it) is written after it and
+records its size and CRC-32.
+"""
+
+import csv
+import json
+import os
+
+from keras_largebatch._shared import atomic_path
+from keras_largebatch.train.checkpointing import files
+from keras_largebatch.train.checkpointing import names
+from keras_largebatch.train.checkpointing.backup import Backup
+from keras_largebatch.train.checkpointing.disk import OutputError
+from keras_largebatch.train.checkpointing.epochs import EpochCheckpoints
+from keras_largebatch.train.checkpointing.epochs import latest
+from keras_largebatch.train.checkpointing.epochs import save_final
+from keras_largebatch.train.checkpointing.files import SaveError
+from keras_largebatch.train.checkpointing.restore import NoCheckpoint
+from keras_largebatch.train.checkpointing.resume import check_model_dir
+from keras_largebatch.train.checkpointing.within_epoch import StepCheckpoints
+
+
+def tidy(model_dir, finished_epochs=None):
+    """Removes temporaries and staged backups a kill left in `model_dir`,
+    its `backup/` and `checkpoints/` (the staged backup the metadata names
+    is kept: it is the backup), and resuming after `finished_epochs`, the
+    rows of history.csv of the epochs it replays (there are some where a
+    damaged checkpoint was skipped for an older one). Returns the paths
+    removed."""
+    backup = os.path.join(model_dir, names.BACKUP)
+    pending = None
+    try:
+        with open(os.path.join(backup, names.BACKUP_METADATA)) as f:
+            pending = json.load(f).get("staged")
+    except (OSError, ValueError, AttributeError):
+        pass
+    removed = []
+    for folder in (model_dir, backup,
+                   os.path.join(model_dir, names.CHECKPOINTS)):
+        removed += [os.path.join(folder, name)
+                    for name in files.tidy(folder, pending)]
+    if finished_epochs is not None:
+        _trim_history(os.path.join(model_dir, "history.csv"),
+                      finished_epochs)
+    return removed
+
+
+def _trim_history(path, epochs):
+    """Keeps the rows of history.csv (Keras' `CSVLogger`) of the first
+    `epochs` epochs."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or "epoch" not in rows[0]:
+        return
+    column = rows[0].index("epoch")
+    kept = [rows[0]] + [r for r in rows[1:]
+                        if r and int(float(r[column])) < epochs]
+    if len(kept) < len(rows):
+        with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+            csv.writer(f).writerows(kept)
+
+
+__all__ = ["Backup", "EpochCheckpoints", "NoCheckpoint", "OutputError",
+           "SaveError", "StepCheckpoints", "check_model_dir", "latest",
+           "save_final", "tidy"]

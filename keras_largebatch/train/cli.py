@@ -1,0 +1,67 @@
+"""The console script `keras-largebatch-train`: what it answers before Keras
+is imported.
+
+Importing Keras fails with a long traceback where its chosen backend is
+not installed (`_backend`). So `run()` answers `--help` from `help_page`
+(the text `flag_help.help_text` renders, kept equal to it by a test; the
+flag table itself takes its choices from registries that import Keras:
+the adaptive batch's rules, the data sets) and checks that the chosen
+backend is installed, both without Keras, before handing the command
+line to the driver (`main.main`):
+
+    keras-largebatch-train --help       # exit 0, with or without a backend
+    keras-largebatch-train ...          # backend missing: one line, exit 2
+
+This module imports nothing of Keras; the package's `__init__` must not
+either where the chosen backend is missing, or nothing here runs.
+"""
+
+import os
+import sys
+
+from keras_largebatch import _backend
+from keras_largebatch.train import PROG
+
+HELP = ("--help", "-help", "-h", "-?", "--helpshort")
+
+
+def run(argv=None):
+    """Console-script entry point."""
+    sys.exit(main(sys.argv if argv is None else argv))
+
+
+def main(argv):
+    """`--help`, or the backend check, then the driver's `main(argv)`;
+    returns the exit code."""
+    if any(a in HELP for a in argv[1:]):
+        from keras_largebatch.train import help_page
+
+        print(help_page.TEXT)
+        return 0
+    problem = _backend.missing()
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return 2
+    from keras_largebatch.train import main as driver
+
+    return driver.main(argv)
+
+
+def write_help_page():
+    """Writes `help_page.py` from `flag_help.help_text` (needs a
+    backend)."""
+    from keras_largebatch.train import flag_help
+
+    text = flag_help.help_text(PROG)
+    quoted = (f'"""\\\n{text}"""' if '"""' not in text
+              and "\\" not in text else repr(text))
+    path = os.path.join(os.path.dirname(__file__), "help_page.py")
+    with open(path, "w") as f:
+        f.write('"""`keras-largebatch-train --help`, written by '
+                '`cli.write_help_page()` from\n`flag_help.help_text` (a test '
+                'keeps the two equal): no Keras needed."""\n\n'
+                f"TEXT = {quoted}\n")
+
+
+if __name__ == "__main__":
+    run()
