@@ -105,7 +105,7 @@ class StopOnDivergence(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._check_pending()
         loss = (logs or {}).get("loss")
-        self._check(f"the end of epoch {epoch + 1}",
+        self._stop_if_diverged(f"the end of epoch {epoch + 1}",
                     None if loss is None else _float(loss))
 
     def _check_pending(self):
@@ -115,9 +115,10 @@ class StopOnDivergence(keras.callbacks.Callback):
         self._pending = None
         loss = _float(loss)
         if not math.isfinite(loss):
-            self._check(f"epoch {self._epoch + 1}, batch {batch + 1}", loss)
+            self._stop_if_diverged(
+                f"epoch {self._epoch + 1}, batch {batch + 1}", loss)
 
-    def _check(self, where, loss):
+    def _stop_if_diverged(self, where, loss):
         model = self.model  # On JAX, reading it syncs the state.
         names = nonfinite_variables(model)
         if names:
