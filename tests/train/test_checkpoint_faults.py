@@ -229,6 +229,26 @@ def test_a_damaged_epoch_backup_is_skipped_and_where_none_loads_exit_2(
 
 
 @ONCE
+def test_a_damaged_checkpoint_of_the_first_epoch_starts_the_run_over(
+        tmp_path):
+    # Killed in epoch 1 with its one checkpoint then damaged: no epoch had
+    # finished, so the run's start is the newest state that loads.
+    from keras_largebatch.train.checkpointing import restore
+
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / "within_epoch.json").write_text('{"epoch": 0, "st')
+    (tmp_path / "checkpoints").mkdir()
+    start, skipped = restore.choose(str(tmp_path))
+    assert start is None
+    assert len(skipped) == 1 and "within_epoch.json" in skipped[0], skipped
+    # Once an epoch had finished, its loss is not silently replayed.
+    (tmp_path / "checkpoints" / "epoch_001.weights.h5").write_bytes(b"x")
+    with pytest.raises(restore.NoCheckpoint, match="backup"):
+        restore.choose(str(tmp_path))
+
+
+@ONCE
 def test_a_checkpoint_that_differs_from_its_recorded_crc_is_skipped(
         tmp_path):
     from keras_largebatch.train.checkpointing import files

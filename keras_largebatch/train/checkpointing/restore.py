@@ -56,8 +56,11 @@ def choose(model_dir):
     """(`Start` or None, [why each newer checkpoint was skipped]).
 
     None with nothing skipped: no checkpoint was written yet (a run killed
-    in its first epoch without `--checkpoint_every_steps`); raises
-    `NoCheckpoint` where checkpoints are there and none loads."""
+    in its first epoch without `--checkpoint_every_steps`); None with
+    something skipped: only checkpoints of the first epoch were written and
+    none loads, so the run starts over from its seed (what it replays is
+    the uninterrupted run); raises `NoCheckpoint` where an epoch had
+    finished and nothing of it loads."""
     folder = os.path.join(model_dir, names.BACKUP)
     backup, backup_why = _backup(folder)
     within, within_why = _within(folder)
@@ -74,6 +77,10 @@ def choose(model_dir):
         return backup, skipped
     if backup_why:
         skipped.append(backup_why[0])
+    if skipped and backup_why is None and not _epochs_finished(model_dir):
+        # No epoch had finished: the run's start (its seed) is the newest
+        # state that loads, and the replay from it is the uninterrupted run.
+        return None, skipped
     if skipped:
         raise NoCheckpoint(
             f"no checkpoint in {folder} loads whole ({'; '.join(skipped)}), "
@@ -84,6 +91,13 @@ def choose(model_dir):
             f"begin from an epoch checkpoint), or remove {folder} to start "
             f"over in this one")
     return None, skipped
+
+
+def _epochs_finished(model_dir):
+    """Whether an epoch checkpoint was written (an epoch finished)."""
+    folder = os.path.join(model_dir, names.CHECKPOINTS)
+    return os.path.isdir(folder) and any(
+        names.EPOCH_RE.fullmatch(name) for name in os.listdir(folder))
 
 
 def _read(path):

@@ -97,8 +97,10 @@ def check(model_dir, run_config, train=True):
         return Resume(original, epochs_before, epochs, 0, raises)
     start, skipped = restore.choose(model_dir)
     if skipped:
-        print(f"{PROG}: skipped {'; '.join(skipped)}; resuming at "
-              f"{start.describe(model_dir)}")
+        where = (f"resuming at {start.describe(model_dir)}" if start else
+                 "no epoch had finished: starting the run over from its "
+                 "beginning")
+        print(f"{PROG}: skipped {'; '.join(skipped)}; {where}")
     return Resume(original, epochs_before, epochs,
                   start.epoch if start else 0, raises,
                   start.position if start else None, start)
