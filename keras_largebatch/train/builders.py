@@ -40,9 +40,10 @@ class Devices:
         strategy: the `MultiWorkerMirroredStrategy`, or None.
         replicas: model replicas over all workers or devices.
         chief: whether this process writes the run's outputs.
-        task: this worker's (TF_CONFIG) or process's (JAX) index.
+        task: this worker's (TF_CONFIG) or process's (JAX, torch) index.
         workers: TF_CONFIG's workers (1 without one).
-        process_index, process_count: this JAX process among the job's.
+        process_index, process_count: this process among the job's (JAX
+            processes, or torch's under torchrun: its rank, world size).
     """
 
     strategy: object = None
@@ -104,11 +105,11 @@ class Run:
 
 def check_devices(training, precise_bn_batches, devices):
     """Refuses a batch of `training` the replicas cannot split and precise
-    BN over several JAX processes."""
+    BN over several processes."""
     # Each process would set statistics of its own slice of the batches.
     require(precise_bn_batches == 0 or devices.process_count == 1,
             "precise_bn_batches", precise_bn_batches,
-            "0 with several JAX processes (each would set different "
+            "0 with several processes (each would set different "
             "statistics)")
     batch, replicas = training.global_batch_size, devices.replicas
     require(batch % replicas == 0, "global_batch_size", batch,

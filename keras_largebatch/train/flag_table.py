@@ -353,13 +353,14 @@ TABLE = (
         'host).',
          group='placement', minimum=0, free=True),
     Flag('collective_timeout_seconds', 'float', 0.0,
-        'multi_worker: a collective waiting longer fails the job (0: no '
-        'limit).',
+        'Several processes (multi_worker, data_parallel): a collective or '
+        'the join waiting longer fails the job (0: no limit).',
          group='placement', valid=NONNEGATIVE, free=True),
     Flag('distribution', 'enum', 'none',
         'multi_worker: keras_largebatch.distribute with TF_CONFIG '
         '(TensorFlow); data_parallel: keras.distribution over local devices '
-        '(JAX).',
+        '(JAX), or under torchrun DistributedDataParallel, one device per '
+        'process (torch, Keras >= 3.16).',
          group='placement', values=DISTRIBUTIONS, free=True),
     Flag('seed', 'integer', 0,
         'Seed for splits, init, data order, augmentation and dropout: the '

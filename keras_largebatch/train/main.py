@@ -152,6 +152,8 @@ def prepare(config, devices):
                     num_classes=spec.num_classes)
     resuming = checkpointing.check_model_dir(
         runtime.model_dir, recorded, train=runtime.mode == "train")
+    # Every process has read `model_dir` before the chief writes there.
+    processes.barrier(keras.backend.backend(), devices.process_count)
     train_flags.check_after_resume(config)
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,

@@ -7,10 +7,13 @@
     multi_worker    keras_largebatch.distribute's MultiWorkerMirroredStrategy
                     over TF_CONFIG's workers (TensorFlow backend)
     data_parallel   keras.distribution.DataParallel over the local devices
-                    of one or several JAX processes (JAX backend)
+                    of one or several JAX processes (JAX backend); torch's
+                    DistributedDataParallel over the processes `torchrun`
+                    started, one device each (torch backend, Keras >= 3.16)
 
-It raises `ValueError` for a backend that cannot run the distribution, or
-a `TF_CONFIG` that is not JSON.
+It raises `ValueError` for a backend (or a Keras) that cannot run the
+distribution, a `TF_CONFIG` that is not JSON, or a torch run of
+`data_parallel` outside `torchrun`.
 """
 
 import json
@@ -21,6 +24,10 @@ import keras
 from keras_largebatch import distribute
 from keras_largebatch.train import processes
 from keras_largebatch.train.builders import Devices
+
+# The first Keras whose torch `fit` wraps the model in torch's
+# DistributedDataParallel (keras-team/keras#23316).
+TORCH_DDP_KERAS = (3, 16)
 
 
 def place(placement):
@@ -38,10 +45,13 @@ def place(placement):
         workers = len(cluster.get("cluster", {}).get("worker", [])) or 1
         return Devices(strategy, strategy.num_replicas_in_sync, chief, index,
                        workers)
+    if (placement.distribution == "data_parallel"
+            and keras.backend.backend() == "torch"):
+        return _torch_processes(placement)
     strategy, replicas, chief, task = _distribution(placement)
     if placement.distribution != "data_parallel":
         return Devices(strategy, replicas, chief, task)
-    import jax  # Here only: data_parallel runs on JAX, which torch lacks.
+    import jax  # Here only: torch runs import no JAX.
 
     return Devices(strategy, replicas, chief, task, 1, jax.process_index(),
                    jax.process_count())
@@ -52,13 +62,38 @@ def _distribution(placement):
     index)."""
     if placement.distribution == "none":
         return None, 1, True, 0
-    _require_backend("jax", "`distribution=data_parallel` uses "
-                     "keras.distribution, which needs the JAX backend")
+    _require_backend("jax", "`distribution=data_parallel` needs the JAX "
+                     "backend (keras.distribution) or torch (torchrun)")
     index, _ = processes.initialize(placement.collective_timeout_seconds)
     devices = keras.distribution.list_devices()
     keras.distribution.set_distribution(keras.distribution.DataParallel(
         devices=devices, auto_shard_dataset=False))
     return None, len(devices), index == 0, index
+
+
+def _torch_processes(placement):
+    """`data_parallel` on torch: the `Devices` of this `torchrun` process,
+    one device per process, rank 0 the chief; Keras' `fit` wraps the model
+    in `DistributedDataParallel` (Keras >= 3.16)."""
+    installed = keras.__version__
+    if tuple(int(p) for p in installed.split(".")[:2]) < TORCH_DDP_KERAS:
+        raise ValueError(
+            "`distribution=data_parallel` on the torch backend needs Keras "
+            ">= 3.16 (its `fit` wraps the model in DistributedDataParallel); "
+            f"Keras {installed} is installed: use the JAX backend, or "
+            f"Keras >= 3.16. Received: distribution=data_parallel, "
+            f"backend=torch, keras={installed}")
+    if processes.torch_cluster() is None:
+        raise ValueError(
+            "`distribution=data_parallel` on the torch backend runs under "
+            "torchrun (`torchrun --nproc_per_node=N -m "
+            "keras_largebatch.train.main ...`), which sets RANK and "
+            "WORLD_SIZE; use --distribution=none for one process. "
+            "Received: WORLD_SIZE=None")
+    gpu = keras.distribution.list_devices()[0].startswith("gpu")
+    rank, count = processes.initialize_torch(
+        gpu, placement.collective_timeout_seconds)
+    return Devices(None, count, rank == 0, rank, 1, rank, count)
 
 
 def _require_backend(name, what):

@@ -1,0 +1,52 @@
+"""`keras-largebatch-train` building a model without batch norm or dropout,
+for `test_torch_data_parallel.py`:
+
+    python -m torch.distributed.run --nproc_per_node=2 \
+        tests/train/ddp_command.py --distribution=data_parallel ...
+
+Under torch's DistributedDataParallel each process normalizes over its own
+slice of the batch and draws its own dropout masks, so only a model with
+neither trains as one process on the global batch does. With
+`KILL_AT_EPOCH_STEP=E,S` process `KILL_RANK` (default 1) ends
+(`os._exit(9)`, as a kill would) after step S of epoch E (both from 0).
+"""
+
+import os
+
+import keras
+
+from keras_largebatch.train import main
+from keras_largebatch.train import recipe
+
+
+def plain_model(model_name, image_size, num_classes, bn_momentum=None,
+                channels=3, *args, **kwargs):
+    """A convolution, a pooling and a classifier: no per-process state."""
+    inputs = keras.Input((image_size, image_size, channels))
+    x = keras.layers.Conv2D(8, 3, strides=4, name="conv1")(inputs)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax",
+                                 name="predictions")(x)
+    return keras.Model(inputs, outputs, name=model_name)
+
+
+recipe.build_model = plain_model
+if (os.environ.get("KILL_AT_EPOCH_STEP")
+        and os.environ.get("RANK", "0") == os.environ.get("KILL_RANK", "1")):
+    epoch_at, step_at = map(int, os.environ["KILL_AT_EPOCH_STEP"].split(","))
+
+    class Kill(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if (self.epoch, batch) == (epoch_at, step_at):
+                os._exit(9)
+
+    fit = keras.Model.fit
+    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
+        self, *a, callbacks=[*callbacks, Kill()], **k)
+
+if __name__ == "__main__":
+    main.run()
