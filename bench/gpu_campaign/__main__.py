@@ -2,56 +2,35 @@
 
 Parts, in order of value: compiled (the torch step `jit_compile=True`
 compiles), a (ResNet-50 training images/s), b (optimizer-step times), cuda
-(the fusion kernels' device test) and c (a study plan run by the study's
-runner). Each finished item is kept in `<out>.json` and skipped by a rerun.
-The parts, the files, how to prepare, run and rehearse it: bench/README.md.
+(the fusion kernels' device test), each a plan's tasks
+(`bench/study/gpu_check.py`), and c (a study plan); the study's runner
+(`bench/study/runner.py`) runs them all, parts compiled to cuda one task
+at a time into `<out>.json`, part c side by side into its plan's record.
+A rerun skips what is recorded. The parts, the files, how to prepare, run
+and rehearse it: bench/README.md.
 """
 
 import argparse
 import glob
 import os
+import platform
 import shutil
 import subprocess
 import sys
+import time
 
 # The plans import the package, hence Keras: on JAX (this machine may have
 # no TensorFlow), as `main` has it.
 os.environ.setdefault("KERAS_BACKEND", "jax")
 from bench import ROOT  # noqa: E402
-from bench.gpu_campaign.campaign import Campaign, Deadline, child  # noqa: E402
 from bench.gpu_campaign.report import markdown  # noqa: E402
+from bench.study import gpu_check  # noqa: E402
 from bench.study import plans  # noqa: E402
-from bench.study import runner as study_runner  # noqa: E402
+from bench.study import runner  # noqa: E402
 
-RESULTS = os.path.join(study_runner.RESULTS, "gpu_campaign")
-PARTS = ("compiled", "a", "b", "cuda", "c")
-# Part a, (backend, model, optimizer), in order of value: the optimizer
-# ratios on both backends, our models on JAX, then the rest.
-A_ITEMS = [
-    ("jax", "keras", "lso_sgd"), ("jax", "keras", "lars_mixed"),
-    ("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed"),
-    ("jax", "v1", "lso_sgd"), ("jax", "v1.5", "lso_sgd"),
-    ("jax", "v1-nobias", "lso_sgd"), ("jax", "v1.5-nobias", "lso_sgd"),
-    ("jax", "keras", "lamb_mixed"), ("torch", "keras", "lamb_mixed"),
-    ("torch", "v1", "lso_sgd"), ("torch", "v1.5", "lso_sgd"),
-    ("torch", "v1-nobias", "lso_sgd"), ("torch", "v1.5-nobias", "lso_sgd"),
-]
-A_SETTINGS = dict(size=224, batch=256, steps=20, warmup=5,
-                  precision="mixed_float16")
-B_SETTINGS = dict(steps=20, optimizers=None)
-B_BACKENDS = ("jax", "torch")
-# The torch step Keras compiles (`jit_compile=True`, torch.compile), run
-# before part a: stock against LARSMixed, each against eager torch and JAX.
-COMPILED_ITEMS = [("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed")]
-SMOKE_A = [("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
-           ("torch", "keras", "lars_mixed"), ("torch", "v1", "lamb_mixed")]
-# torch.compile of a ResNet-50 takes minutes on a CPU: the smoke compiles
-# the package's ResNet-8 through the same code.
-SMOKE_COMPILED = [("torch", "cifar8", "lars_mixed")]
-SMOKE = dict(
-    a=dict(size=32, batch=2, steps=2, warmup=1, precision="mixed_float16"),
-    b=dict(steps=2, optimizers=["LSO(SGD)", "LARSMixed"]),
-)
+RESULTS = os.path.join(runner.RESULTS, "gpu_campaign")
+PARTS = (*gpu_check.PARTS, "c")
+VERSIONS = ["keras", "jax", "jaxlib", "torch", "numpy", "grain"]
 PREPARED_LIMIT_MIB = 50  # --prepare's folder: a call carries 64 MiB
 
 # Keras, Grain and what they need beyond the GPU image's Python packages as
@@ -72,7 +51,7 @@ def parse_args(argv=None):
                    help="comma-separated parts to run, in order: "
                         + ", ".join(PARTS))
     p.add_argument("--out", default=RESULTS,
-                   help="writes OUT.json (resumed from), OUT.md, OUT.log")
+                   help="writes OUT.json (resumed from) and OUT.md")
     p.add_argument("--budget_seconds", type=float, default=None,
                    help="start nothing that would end later, stop at it "
                         "(0: no budget; default 420, none with --smoke)")
@@ -82,7 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--a_items", default="",
                    help="comma-separated keys of part a's items to run "
                         "(default: all), e.g. torch|keras|lars_mixed")
-    p.add_argument("--compiled_seconds", type=float, default=400,
+    p.add_argument("--compiled_seconds", type=float,
+                   default=gpu_check.COMPILED_SECONDS,
                    help="the most each item of part compiled may take, "
                         "torch.compile of ResNet-50 included (then it is "
                         "recorded as failed)")
@@ -100,14 +80,13 @@ def parse_args(argv=None):
                    help="the plan part c runs (bench/study/plans.py; default "
                         "depth, smoke with --smoke)")
     p.add_argument("--work_dir", default="",
-                   help="model folders of the study's runs (default: "
-                        "runs/gpu_campaign; OUT_runs with --smoke)")
+                   help="the folders of the tasks' and the study's runs "
+                        "(default: runs/gpu_campaign; OUT_runs with --smoke)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes on this machine, through the same code")
     p.add_argument("--prepare", metavar="DIR",
                    help="put the wheels and data for the GPU machine in DIR "
                         "and print the device commands")
-    p.add_argument("--child", metavar="TASK", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     for flag, allowed in (("parts", PARTS), ("backends", ("jax", "torch"))):
@@ -131,25 +110,13 @@ def parse_args(argv=None):
     return args
 
 
-def a_items(items, compiled=False):
-    """Part a's tasks; `compiled`: the step Keras compiles with
-    `jit_compile=True` (keys end in `|compiled`)."""
-    return [dict(key="|".join(i) + ("|compiled" if compiled else ""),
-                 backend=i[0], model=i[1], optimizer=i[2], compiled=compiled)
-            for i in items]
-
-
-def b_items():
-    return [dict(key=b, backend=b) for b in B_BACKENDS]
-
-
 def prepare(folder):
     """Wheels and Fashion-MNIST for the GPU machine, in `folder`."""
     from keras_largebatch.train import data
 
     wheels = os.path.join(folder, "wheels")
     os.makedirs(wheels, exist_ok=True)
-    version = study_runner.version
+    version = runner.version
     pins = [f"{p}=={version(p)}" if version(p) else p for p in WHEELS]
     platforms = [x for tag in PLATFORMS for x in ("--platform", tag)]
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
@@ -194,74 +161,98 @@ def prepare(folder):
           " $OUT/ 2>/dev/null")
 
 
-def run_cuda(campaign):
-    """Part cuda: builds and runs the fusion kernels' device test (compiled
-    only with --smoke); True once it has passed (or compiled, smoke)."""
-    args = campaign.args
-    store = campaign.record.setdefault("cuda", {})
-    if store.get("passed"):
-        return True
-    eigen = args.eigen or (
-        os.path.join(os.path.dirname(os.path.abspath(args.data_dir)),
-                     "eigen.tar.gz") if args.data_dir else
-        os.path.join(ROOT, ".gpu_campaign", "eigen.tar.gz"))
-    if args.smoke and not (os.path.exists(eigen) and shutil.which("nvcc")):
-        # The rehearsal compiles the test where nvcc and the headers are.
-        print("cuda: skipped in the smoke run (needs nvcc and "
-              f"{eigen}: python -m bench.gpu_campaign --prepare)", flush=True)
-        store.update(skipped=True)
-        return True
-    cmd = ["bash", os.path.join(ROOT, "native", "tests", "device_test.sh"),
-           "--eigen-tar", eigen, "--arch", "sm_90", "--out", args.out + "_cuda.txt"]
-    if args.smoke:
-        cmd.append("--compile-only")
-    start, left = study_runner.now(), campaign.left()
-    proc = subprocess.run(cmd, capture_output=True, text=True,
-                          timeout=None if left == float("inf") else max(left, 1))
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    shown = [os.path.relpath(c, ROOT) if os.path.isabs(c) else c for c in cmd]
-    store.update(command=" ".join(shown), returncode=proc.returncode,
-                 summary=lines[-1] if lines else "", started=start,
-                 finished=study_runner.now(), passed=proc.returncode == 0,
-                 compile_only=args.smoke)
-    print(f"cuda: {store['summary']} (exit {proc.returncode})", flush=True)
-    return store["passed"]
+def eigen(args):
+    """Part cuda's Eigen tarball: `--eigen`, else beside `--data_dir`, else
+    in .gpu_campaign/."""
+    if args.eigen:
+        return args.eigen
+    if args.data_dir:
+        return os.path.join(os.path.dirname(os.path.abspath(args.data_dir)),
+                            "eigen.tar.gz")
+    return os.path.join(ROOT, ".gpu_campaign", "eigen.tar.gz")
 
 
-def run_c(campaign):
+def part_specs(part, args):
+    """The tasks of `part` this call may run: its plan's (the smoke's with
+    `--smoke`), of `--backends` and, in part a, `--a_items`, with
+    `--compiled_seconds` and part cuda's files."""
+    plan = plans.GPU_SMOKE if args.smoke else plans.GPU_CHECK
+    picked = args.a_items.split(",") if args.a_items else None
+    specs = []
+    for s in plan.specs:
+        if s["part"] != part or s.get("run_backend", "jax") not in \
+                args.backends:
+            continue
+        if part == "a" and picked and "|".join(
+                (s["run_backend"], s["model"], s["optimizer"])) not in picked:
+            continue
+        if part == "compiled":
+            s = dict(s, limit_seconds=args.compiled_seconds)
+        if part == "cuda":
+            s = dict(s, eigen=eigen(args), out=args.out + "_cuda.txt")
+        specs.append(s)
+    return specs
+
+
+def run_part(part, args, left, env, session):
+    """Runs part `part`'s tasks one at a time within `left` seconds; True
+    once none is left but those of a backend not installed here (noted in
+    `session`)."""
+    path = args.out + ".json"
+    specs = part_specs(part, args)
+    stale = [r for r in runner.load(path) + runner.failures(path)
+             if r["part"] == part and specs
+             and r.get("settings") != specs[0].get("settings")]
+    if stale:
+        sys.exit(f"{path}: part {part} was measured with "
+                 f"{stale[0]['settings']}, not {specs[0]['settings']}; use "
+                 "another --out")
+    runner.run(specs, path, os.path.join(args.work_dir, "tasks"), workers=1,
+               budget=0 if left == float("inf") else left, env=env,
+               log=lambda line: print(f"{part} {line}", flush=True))
+    done = {runner.run_key(r)
+            for r in runner.load(path) + runner.failures(path)}
+    left = [s for s in specs if runner.run_key(s) not in done]
+    absent = {s["run_backend"] for s in left
+              if "run_backend" in s and not runner.installed(s["run_backend"])}
+    for backend in sorted(absent):
+        session.setdefault("not_installed", {}).setdefault(
+            backend, []).append(part)
+    if not left:
+        session["finished"].append(part)
+    return all(s.get("run_backend") in absent for s in left)
+
+
+def run_c(args, left, env, c):
     """Part c: the study plan `--study_plan` run by the study's runner,
-    `--study_workers` processes side by side, within the budget left;
-    True once the plan has nothing left to run."""
-    args = campaign.args
-    record = campaign.record.setdefault("c", {})
+    `--study_workers` processes side by side, within `left` seconds; `c`
+    (the record's summary of part c) with this call's lines and whether
+    the plan has nothing left to run."""
     results = (os.path.dirname(os.path.abspath(args.out)) if args.smoke
-               else study_runner.RESULTS)
+               else runner.RESULTS)
     plan = plans.PLANS[args.study_plan]
     path = plan.path(results)
-    env = dict(campaign.environ, KERAS_BACKEND="jax",
+    env = dict(env, KERAS_BACKEND="jax",
                XLA_PYTHON_CLIENT_MEM_FRACTION=f"{0.9 / args.study_workers:.2f}")
-    lines = record.setdefault("lines", [])
+    lines = list(c.get("lines", []))
 
     def log(line):
         lines.append(line)
         print(f"c {line}", flush=True)
 
-    left = campaign.left()
-    study_runner.run(plan.all_specs, path, os.path.join(args.work_dir, plan.name),
-                     args.study_workers,
-                     0 if left == float("inf") else max(left - 20, 1),
-                     args.data_dir, log=log, env=env)
-    runs = study_runner.load(path)
-    done = {study_runner.run_key(r) for r in runs}
-    record.update(plan=plan.name, record=plan.record, complete=all(
-        study_runner.run_key(s) in done for s in plan.all_specs(runs)))
-    return record["complete"]
+    runner.run(plan.all_specs, path, os.path.join(args.work_dir, plan.name),
+               args.study_workers,
+               0 if left == float("inf") else max(left - 20, 1),
+               args.data_dir, log=log, env=env)
+    runs = runner.load(path)
+    done = {runner.run_key(r) for r in runs}
+    return dict(c, plan=plan.name, record=plan.record, lines=lines,
+                complete=all(runner.run_key(s) in done
+                             for s in plan.all_specs(runs)))
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.child:
-        return child(args.child)
     # This process imports Keras for helpers only: on JAX's CPU platform, so
     # that it never takes GPU memory from the processes it starts, which
     # start from the environment as it was.
@@ -279,54 +270,67 @@ def main(argv=None):
             sys.exit(f"--smoke: part c trains on Fashion-MNIST, whose IDX "
                      f"files are not in {where} (pass --data_dir, or install "
                      "dataset-fashion-mnist)")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    campaign = Campaign(args, markdown, environ)
-    settings = SMOKE if args.smoke else dict(
-        a=A_SETTINGS, b=B_SETTINGS)
-    picks_a = SMOKE_A if args.smoke else A_ITEMS
-    compiled = SMOKE_COMPILED if args.smoke else COMPILED_ITEMS
-    picked = args.a_items.split(",") if args.a_items else None
+    from keras_largebatch._shared import atomic_write
 
-    def chosen(items):
-        return [i for i in items if i["backend"] in args.backends]
+    path = args.out + ".json"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    record = runner.read(path)
+    if any(part in record for part in gpu_check.PARTS):
+        sys.exit(f"{path} is in the campaign's old form (a dict per part): "
+                 f"python -m bench.gpu_campaign.convert {path}")
+    if record.get("smoke", args.smoke) != args.smoke:
+        sys.exit(f"{path} holds a {'smoke' if args.smoke else 'real'}"
+                 " campaign's opposite; use another --out")
+    session = dict(
+        started=runner.now(), command="python -m bench.gpu_campaign "
+        + " ".join(sys.argv[1:]), parts=args.parts,
+        host=f"{platform.machine()}, {os.cpu_count()} CPUs",
+        gpu=runner.nvidia_smi("name,memory.total,driver_version").replace(
+            "\n", "; ") or None, python=platform.python_version(),
+        versions={p: runner.version(p) for p in VERSIONS}, finished=[])
+    sessions, c = record.get("sessions", []) + [session], record.get("c")
+    started = time.monotonic()
+    deadline = started + args.budget_seconds if args.budget_seconds else \
+        float("inf")
 
-    steps = {
-        "a": lambda: campaign.run_items(
-            "a", [i for i in chosen(a_items(picks_a))
-                  if picked is None or i["key"] in picked],
-            settings["a"]),
-        "b": lambda: campaign.run_items("b", chosen(b_items()),
-                                        settings["b"]),
-        "cuda": lambda: run_cuda(campaign),
-        "compiled": lambda: campaign.run_items(
-            "compiled", chosen(a_items(compiled, compiled=True)),
-            settings["a"], item_seconds=args.compiled_seconds),
-        "c": lambda: run_c(campaign),
-    }
+    def save():
+        session["seconds"] = round(time.monotonic() - started, 1)
+        runner.save(path, runner.load(path), smoke=args.smoke,
+                    sessions=sessions, **({"c": c} if c else {}))
+        atomic_write(args.out + ".md", markdown(runner.read(path)))
+
+    save()
+    env = dict(environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     complete = True
     try:
         for part in args.parts:
-            # A part that fails is recorded and the next one still runs.
-            if not steps[part]():
+            left = deadline - time.monotonic()
+            if left <= 0:
                 complete = False
-                continue
-            missing = campaign.session.get("not_installed", {})
-            if not any(part in p for p in missing.values()):
-                campaign.session["finished"].append(part)
-            campaign.save()
-    except Deadline:
-        complete = False
-    campaign.save()
-    print(markdown(campaign.record))
-    missing = campaign.session.get("not_installed")
+                break
+            if part == "c":
+                c = run_c(args, left, environ, c or {})
+                complete = complete and c["complete"]
+                if c["complete"]:
+                    session["finished"].append(part)
+            elif not run_part(part, args, left, env, session):
+                complete = False  # The budget: nothing more starts.
+                break
+            save()
+    except runner.NoGPU as e:
+        save()
+        sys.exit(f"{e.code}; only --smoke runs on a CPU")
+    save()
+    print(markdown(runner.read(path)))
+    missing = session.get("not_installed")
     if complete and missing:
         print("campaign not complete: " + "; ".join(
             f"{backend} is not installed here (parts {', '.join(p)})"
             for backend, p in missing.items())
-            + f"; run again where it is to resume from {campaign.path}")
+            + f"; run again where it is to resume from {path}")
     else:
         print("campaign complete" if complete else
-              f"budget spent: run again to resume from {campaign.path}")
+              f"budget spent: run again to resume from {path}")
     return 0
 
 

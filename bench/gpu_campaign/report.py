@@ -1,9 +1,33 @@
-"""The report of the GPU check: `<out>.md` from the record, a table of the
-calls, then each part's numbers against its targets."""
+"""The report of the GPU check: `<out>.md` from the record (the runner's:
+`bench/study/runner.py`), a table of the calls, then each part's numbers
+against its targets."""
+
+
+def by_part(record):
+    """The record's tasks by part: {part: {"settings", "results": {name:
+    result}, "failed": {name: {"error", "finished"}}}}, a task named
+    'backend|model|optimizer' (part compiled's with '|compiled'; part b's:
+    its backend), a result with the `seconds` it took and when it
+    `finished`, in the order they ended."""
+    parts = {}
+    for r in record.get("runs", []) + record.get("failed", []):
+        part = parts.setdefault(r["part"], dict(
+            settings=r.get("settings"), results={}, failed={}))
+        name = "|".join(r[k] for k in ("run_backend", "model", "optimizer")
+                        if k in r) + ("|compiled" if r["part"] == "compiled"
+                                      else "")
+        if "error" in r:
+            part["failed"][name] = dict(error=r["error"],
+                                        finished=r["finished"])
+        else:
+            part["results"][name] = dict(r["result"], seconds=r[
+                "wall_seconds"], finished=r["finished"])
+    return parts
 
 
 def markdown(record):
     """The tables of `record`."""
+    parts = by_part(record)
     lines = ["# GPU campaign (`python -m bench.gpu_campaign`)", ""]
     if record.get("smoke"):
         lines += ["**Smoke run**: tiny sizes on whatever machine ran it; the "
@@ -19,7 +43,7 @@ def markdown(record):
             f"{s['gpu'] or 'none'} | {s['host']} | {s['python']} | "
             f"{versions} | {', '.join(s['finished']) or '–'}"
             f"{missing} | `{s['command']}` |")
-    a = record.get("a")
+    a = parts.get("a")
     if a:
         s = a["settings"]
         lines += [
@@ -53,7 +77,7 @@ def markdown(record):
             f"best {top['images_per_s']:,.1f} ({top['model']}), "
             f"**{_verdict(top['images_per_s'] >= 6500)}**" if top
             else "not measured"))
-    b = record.get("b")
+    b = parts.get("b")
     if b:
         from bench.micro.optimizer_step import PAIRS as pairs
 
@@ -79,23 +103,31 @@ def markdown(record):
                                   f"{rule}/{base}: {x:.2f} / {y:.2f} ms = "
                                   f"{x / y:.2f}")
         lines += [""] + floors if floors else []
-    cuda = record.get("cuda")
-    if cuda:
+    if "cuda" in parts:
         lines += ["", "## cuda. The fusion kernels' device test", "",
-                  "Skipped (the smoke run without nvcc or the Eigen headers)."
-                  if cuda.get("skipped") else
-                  f"`{cuda['command']}`: exit {cuda['returncode']}"
-                  f"{' (compiled only)' if cuda.get('compile_only') else ''}"
-                  f", {cuda['summary']}"]
-    compiled = record.get("compiled")
+                  _cuda(parts["cuda"])]
+    compiled = parts.get("compiled")
     if compiled:
-        lines += _compiled(compiled, (record.get("a") or {}).get("results", {}))
+        lines += _compiled(compiled, (a or {}).get("results", {}))
     c = record.get("c")
     if c and c.get("lines"):
         lines += ["", f"## c. The study plan `{c['plan']}` (record "
                   f"`{c['record']}.json`; complete: {c['complete']})", ""]
         lines += [f"- {line}" for line in c["lines"]]
     return "\n".join(lines) + "\n"
+
+
+def _cuda(cuda):
+    """Part cuda's line: the device test's command, status and last line."""
+    if cuda["failed"]:
+        error = next(iter(cuda["failed"].values()))["error"]
+        return f"failed: {error.strip().splitlines()[-1]}"
+    cuda = next(iter(cuda["results"].values()))
+    if cuda.get("skipped"):
+        return "Skipped (the smoke run without nvcc or the Eigen headers)."
+    return (f"`{cuda['command']}`: exit {cuda['returncode']}"
+            f"{' (compiled only)' if cuda.get('compile_only') else ''}"
+            f", {cuda['summary']}")
 
 
 def _compiled(compiled, eager):

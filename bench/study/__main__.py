@@ -9,7 +9,8 @@
 
 `run` starts the plan's runs not yet in its record (`bench/results/
 <record>.json`), `--workers` processes at a time, none after `--budget`
-seconds; runs that wait on others (a sweep's best rate on new seeds) start
+seconds (the GPU check's plans: `python -m bench.gpu_campaign`, one at a
+time); runs that wait on others (a sweep's best rate on new seeds) start
 in the same call once those are recorded; a rerun skips the finished runs
 and resumes a stopped one from its last epoch checkpoint. The plans:
 `bench/study/plans.py`. Run from the repository's root (or with it on
@@ -61,11 +62,14 @@ def main(argv=None):
     if args.command == "list":
         for plan in plans.PLANS.values():
             runs = runner.load(plan.path(args.results))
-            done = {runner.run_key(x) for x in runs}
-            specs = plan.all_specs(runs)
-            left = sum(runner.run_key(s) not in done for s in specs)
-            print(f"{plan.name:14s} {len(specs) - left:4d} done {left:4d} left"
-                  f"  {plan.about}")
+            failed = {runner.run_key(x)
+                      for x in runner.failures(plan.path(args.results))}
+            done = {runner.run_key(x) for x in runs} | failed
+            keys = [runner.run_key(s) for s in plan.all_specs(runs)]
+            left = sum(k not in done for k in keys)
+            print(f"{plan.name:14s} {len(keys) - left:4d} done {left:4d} left"
+                  f"  {plan.about}" + (f" ({len(failed)} failed)"
+                                       if failed else ""))
         return 0
     if args.workers < 1:
         p.error(f"--workers must be >= 1. Received: {args.workers}")

@@ -2,7 +2,8 @@
 
 A plan is a `Plan`: its name, the record it writes (`bench/results/
 <record>.json`, which the report reads), and its run specs
-(`bench/study/runner.py`) in order of value. A plan whose later runs
+(`bench/study/runner.py`) in order of value: training runs, a program's
+(`kills`) or the GPU check's tasks (`gpu_check.py`). A plan whose later runs
 depend on earlier results (the best rate of a sweep, measured on other
 seeds) gives them through `then(runs)`, which returns nothing until the
 runs it reads are done.
@@ -15,6 +16,7 @@ import dataclasses
 import math
 import os
 
+from bench.study import gpu_check
 from bench.study import kills
 from bench.study import runner
 from bench.study import stats
@@ -458,7 +460,16 @@ KILL_RUNS = Plan("kills", "kill_campaign",
                               program="kills.py")
                          for name in FAULT_SETUPS for index in range(KILLS)))
 
+# The GPU check's tasks (`gpu_check.py`), run one at a time by `python -m
+# bench.gpu_campaign` into its `--out`; the smoke's, into the smoke's.
+GPU_CHECK = Plan("gpu_check", "gpu_campaign",
+                 "The GPU check's parts compiled, a, b and cuda",
+                 gpu_check.specs())
+GPU_SMOKE = Plan("gpu_smoke", "gpu_campaign_smoke",
+                 "The GPU check's smoke: its tasks at tiny sizes",
+                 gpu_check.specs(smoke=True))
+
 PLANS = {p.name: p for p in (SCALING, DECISIVE, BASELINES, LARS_VS_SGD,
                              DEPTH, DEPTH_REDUCED, PROBES, SMOKE,
-                             BACKEND_SPEED, KILL_RUNS)}
+                             BACKEND_SPEED, KILL_RUNS, GPU_CHECK, GPU_SMOKE)}
 

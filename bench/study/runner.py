@@ -1,5 +1,6 @@
-"""The one runner of every study: a run spec's command line, a pool of
-processes within a time budget, one record writer with one machine stamp.
+"""The one runner of every study and of the GPU check: a run spec's
+process, a pool of processes within a time budget, one record writer with
+one machine stamp.
 
 A run spec is a dict: `workload` (a name in `WORKLOADS`), `kind` (`fixed`,
 `grown`, `probe`; the retired LARS study's records have a `phase`),
@@ -7,21 +8,36 @@ A run spec is a dict: `workload` (a name in `WORKLOADS`), `kind` (`fixed`,
 peak), `seed`, `epochs`, `warmup_epochs`, and optionally `variant`, `flags`
 (the command's other flags; `{work_dir}` in a value is the runs' folder),
 `run_backend` (default KERAS_BACKEND's), `micro` (the batch norm batch,
-default 256: larger batches accumulate), `evals` (an epoch, default 4).
+default 256: larger batches accumulate), `evals` (an epoch, default 4),
+`limit_seconds` (stopped after them).
 A spec with a `program` (a module beside this file, named by its file:
 `kills.py` runs `python -m bench.study.kills`) runs it instead of the
 command, with the repository's root on `PYTHONPATH`: given the spec as JSON
 and the runs' folder, it writes `result.json` in the run's folder, and
 that is its record.
+A spec with a `module` is a task (the GPU check's, `gpu_check.py`), named
+by its `part`, `model`, `optimizer` and `run_backend`: `python -m <module>
+SPEC`, the root on `PYTHONPATH`, prints `RESULT <json>`, its record's
+`result`. A task does not resume, so one that fails or runs past its
+`limit_seconds` is recorded under `failed` with its error, and no call
+starts it again; none starts once one is expected to end after the budget
+(taking as long as the longest of its part and backend in this call); and
+one that exits `NO_GPU` stops the call (`NoGPU`).
+A spec whose `run_backend` is not installed is said once a call and left
+for a call where it is.
 `run_key` names a spec and its run's record alike: a rerun skips what is
-done. A record (`<plan>.json`) holds each finished run with its machine.
+done. A record (`<plan>.json`) holds each finished run (`runs`) and failed
+task (`failed`) with its machine.
 """
 
+import collections
 import csv
 import datetime
+import importlib.util
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -42,15 +58,18 @@ WORKLOADS = {
     "resnet20_w16": dict(_COMMON, model="resnet_cifar", resnet_depth=20,
                          resnet_width=16),
 }
-KEY_FIELDS = ("workload", "kind", "phase", "optimizer", "epochs", "batch",
-              "rate", "seed", "variant", "epoch_at", "steps", "run_backend",
-              "setup", "kill", "fault")
+KEY_FIELDS = ("part", "model", "workload", "kind", "phase", "optimizer",
+              "epochs", "batch", "rate", "seed", "variant", "epoch_at",
+              "steps", "run_backend", "setup", "kill", "fault")
+NO_GPU = 3  # A task's exit status: no GPU where it needs one.
+POLL = 1.0  # Seconds between looks at the running processes.
 
 
 def run_key(spec):
     """'kind|optimizer|epochs|batch|rate|seed[|variant...]': the fields of
     `KEY_FIELDS` the spec (or record) has, the rate to 6 digits; the default
-    workload (`resnet8_w4`) is left out, and `phase` where `kind` is set."""
+    workload (`resnet8_w4`) is left out, and `phase` where `kind` is set.
+    A task's: 'part[|model|optimizer]|run_backend'."""
     parts = []
     for field in KEY_FIELDS:
         value = spec.get(field)
@@ -94,7 +113,10 @@ def train_command(argv):
 
 
 def process_command(spec, work_dir, data_dir=""):
-    """The process of one run: the spec's `program`, else the command."""
+    """The process of one run: the spec's task `module` or `program`, else
+    the command."""
+    if "module" in spec:
+        return bench.command(spec["module"], json.dumps(spec))
     if "program" in spec:
         module = "bench.study." + spec["program"].removesuffix(".py")
         return bench.command(module, json.dumps(spec), work_dir)
@@ -155,7 +177,14 @@ def collect(spec, directory, wall_seconds):
     and `evals.csv`: final and per-epoch accuracy and loss, the
     evaluations within epochs [(epoch, updates, val_accuracy), ...], and a
     grown run's batch and B_simple per epoch and its updates; a program's
-    `result.json`."""
+    `result.json`; a task's last `RESULT` line (None where it printed
+    none)."""
+    if "module" in spec:
+        with open(os.path.join(directory, "stdout.txt")) as f:
+            lines = [x for x in f.read().splitlines()
+                     if x.startswith("RESULT ")]
+        return dict(spec, result=json.loads(lines[-1][len("RESULT "):]),
+                    wall_seconds=round(wall_seconds, 1)) if lines else None
     if "program" in spec:
         with open(os.path.join(directory, "result.json")) as f:
             return dict(spec, **json.load(f),
@@ -189,91 +218,190 @@ def collect(spec, directory, wall_seconds):
     return record
 
 
+def read(path):
+    """A record file's fields ({} when there is none yet)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def load(path):
     """A record file's runs ([] when there is none yet)."""
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        data = json.load(f)
+    data = read(path)
     return data.get("runs", data.get("probes", []))
+
+
+def failures(path):
+    """A record file's failed tasks, each its spec with its `error`."""
+    return read(path).get("failed", [])
 
 
 def save(path, runs, **about):
     """Writes the record atomically (a kill mid-write keeps the last one),
     its other fields kept and `about` added."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    record = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            record = {k: v for k, v in json.load(f).items()
-                      if k not in ("runs", "probes")}
+    record = {k: v for k, v in read(path).items()
+              if k not in ("runs", "probes")}
     atomic_write(path, json.dumps(dict(record, **about, runs=runs), indent=1))
+
+
+class NoGPU(SystemExit):
+    """A task found no GPU where it needs one: the call stops (a GPU
+    machine that sees none would spend its time measuring nothing)."""
+
+
+def installed(backend):
+    """Whether the package of `backend` (a Keras backend) is here."""
+    return importlib.util.find_spec(backend) is not None
+
+
+def stamp(spec):
+    """Where and when a run ended: its machine (`machine`), host, time."""
+    return dict(machine=machine(spec.get("run_backend")), host=platform.node(),
+                finished=now())
+
+
+def _start(spec, work_dir, data_dir, env):
+    """The process of `spec`, its stderr (and a task's stdout) in the run's
+    folder; a task in a process group of its own, stopped whole."""
+    directory = model_dir(spec, work_dir)
+    os.makedirs(directory, exist_ok=True)
+    own = dict(os.environ if env is None else env,
+               **({"KERAS_BACKEND": spec["run_backend"]}
+                  if "run_backend" in spec else {}))
+    task = "module" in spec
+    if task or "program" in spec:
+        own = bench.environ(own)
+    with open(os.path.join(directory, "stderr.txt"), "w") as err, \
+            open(os.path.join(directory, "stdout.txt") if task
+                 else os.devnull, "w") as out:
+        return subprocess.Popen(process_command(spec, work_dir, data_dir),
+                                stdout=out, stderr=err, env=own,
+                                start_new_session=task)
+
+
+def _stop(proc, group):
+    """Stops a process (`group`: with its process group), killed where it
+    has not ended 30 s after being asked to."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stderr(directory):
+    with open(os.path.join(directory, "stderr.txt")) as f:
+        return f.read().strip()
 
 
 def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
         log=print, env=None):
-    """Runs the specs not yet in the record, `workers` processes at a time,
-    in order. `specs` is a list, or a function of the record's runs
-    returning one (a plan's `all_specs`): asked again after each finished
-    run, so that runs waiting on others (a sweep's best rate) start as soon
-    as they can. With `budget` (seconds) no run starts after it has passed
-    and runs still going at its end are stopped (their epoch checkpoints
-    let a rerun resume them). A failed run is logged with its stderr's last
-    line and not started again by this call. The processes start from `env`
-    (default this one's environment). Returns the runs finished by
-    this call."""
+    """Runs the specs not yet in the record (nor failed there), `workers`
+    processes at a time, in order. `specs` is a list, or a function of the
+    record's runs returning one (a plan's `all_specs`): asked again after
+    each finished run, so that runs waiting on others (a sweep's best rate)
+    start as soon as they can. With `budget` (seconds) no run starts after
+    it has passed (nor a task expected to end after it), and runs still
+    going at its end are stopped (a training run's epoch checkpoints let a
+    rerun resume it). A failed run is logged with its stderr's last line
+    and not started again by this call; a failed task is also recorded.
+    The processes start from `env` (default this one's environment).
+    Returns the runs finished by this call; raises `NoGPU` where a task
+    exited `NO_GPU`."""
     plan = specs if callable(specs) else (lambda runs: specs)
     deadline = time.monotonic() + budget if budget else float("inf")
-    busy, finished, tried = {}, [], set()
+    busy, finished, tried, said = {}, [], set(), set()
+    longest = {}  # A task's (part, backend): the longest one in this call.
 
     def todo(runs):
-        done = {run_key(r) for r in runs} | tried
-        return [s for s in plan(runs) if run_key(s) not in done]
+        done = {run_key(r) for r in runs + failures(record_path)} | tried
+        left = [s for s in plan(runs) if run_key(s) not in done]
+        absent = collections.Counter(
+            s["run_backend"] for s in left
+            if "run_backend" in s and not installed(s["run_backend"]))
+        for backend in set(absent) - said:
+            said.add(backend)
+            log(f"{backend} is not installed here: its {absent[backend]} "
+                "run(s) wait for a call where it is")
+        return [s for s in left if s.get("run_backend") not in absent]
 
-    waiting = todo(load(record_path))
+    waiting, closed = todo(load(record_path)), False
     while waiting or busy:
-        while waiting and len(busy) < workers and time.monotonic() < deadline:
-            spec = waiting.pop(0)
+        while waiting and len(busy) < workers and not closed:
+            spec, clock = waiting[0], time.monotonic()
+            cost = (longest.get((spec.get("part"), spec.get("run_backend")), 0)
+                    if "module" in spec else 0)
+            if clock + cost > deadline:
+                closed = clock < deadline
+                if closed:
+                    log(f"not started {run_key(spec)}: it would end after the "
+                        f"budget ({cost:.0f} s, {deadline - clock:.0f} s left)")
+                break
+            waiting.pop(0)
             tried.add(run_key(spec))
-            directory = model_dir(spec, work_dir)
-            os.makedirs(directory, exist_ok=True)
-            err = open(os.path.join(directory, "stderr.txt"), "w")
-            own = dict(os.environ if env is None else env,
-                       **({"KERAS_BACKEND": spec["run_backend"]}
-                          if "run_backend" in spec else {}))
-            if "program" in spec:
-                own = bench.environ(own)
-            proc = subprocess.Popen(
-                process_command(spec, work_dir, data_dir),
-                stdout=subprocess.DEVNULL, stderr=err, env=own)
-            busy[proc] = (spec, time.monotonic(), err)
+            busy[_start(spec, work_dir, data_dir, env)] = (spec, clock)
             log(f"start {run_key(spec)}")
-        if time.monotonic() >= deadline:
-            waiting = []
-        time.sleep(1)
+        if closed or time.monotonic() >= deadline:
+            waiting, closed = [], True
+        time.sleep(POLL)
         for proc in list(busy):
-            spec, started, err = busy[proc]
-            if proc.poll() is None and time.monotonic() < deadline:
+            spec, started = busy[proc]
+            took, limit = time.monotonic() - started, spec.get("limit_seconds")
+            over = limit is not None and took >= limit
+            past = time.monotonic() >= deadline
+            if proc.poll() is None and not over and not past:
                 continue
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait()
             busy.pop(proc)
-            err.close()
             key, directory = run_key(spec), model_dir(spec, work_dir)
-            if proc.returncode:
-                with open(os.path.join(directory, "stderr.txt")) as f:
-                    tail = (f.read().strip().splitlines() or ["?"])[-1]
-                log(f"stopped {key} (exit {proc.returncode}): {tail}")
+            task, code, record = "module" in spec, proc.poll(), None
+            if code is None:
+                _stop(proc, task)
+                if past:
+                    log(f"stopped {key} at the end of the budget")
+                    continue
+                error = (_stderr(directory)
+                         + f"\ndid not finish within {limit:g} s").strip()
+            elif task and code == NO_GPU:
+                for other in busy:
+                    _stop(other, "module" in busy[other][0])
+                said = (_stderr(directory).splitlines() or ["exit 3"])[-1]
+                raise NoGPU(f"{key}: {said}; it needs a GPU")
+            else:
+                record = None if code else collect(spec, directory, took)
+                error = _stderr(directory) or f"exit {code}"
+                if not code:
+                    error += "\nno RESULT line"
+            if record is None:
+                line = (error.splitlines() or ["?"])[-1]
+                log(f"{'failed' if task else 'stopped'} {key} ("
+                    + ("time limit" if code is None else f"exit {code}")
+                    + f"): {line}")
+                if task:
+                    save(record_path, load(record_path),
+                         failed=failures(record_path) + [dict(
+                             spec, error=error[-2000:], **stamp(spec),
+                             wall_seconds=round(took, 1))])
                 continue
-            record = dict(collect(spec, directory, time.monotonic() - started),
-                          machine=machine(spec.get("run_backend")),
-                          host=platform.node(), finished=now())
+            if task:
+                cost = (spec.get("part"), spec.get("run_backend"))
+                longest[cost] = max(longest.get(cost, 0), took)
+            record.update(stamp(spec))
             runs = load(record_path) + [record]
             save(record_path, runs, updated=datetime.date.today().isoformat())
             finished.append(record)
             log(f"done {key}" + (f": val {record['val_accuracy']:.4f}"
-                                 if "val_accuracy" in record else ""))
-            if time.monotonic() < deadline:
+                                 if "val_accuracy" in record else
+                                 f" ({took:.0f} s)" if task else ""))
+            if not closed:
                 waiting = todo(runs)
     return finished

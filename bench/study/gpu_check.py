@@ -1,0 +1,62 @@
+"""The GPU check's parts compiled, a, b and cuda as run specs: the plans
+`gpu_check` and `gpu_smoke` (`plans.py`), tasks of the one runner
+(`runner.py`), each `python -m bench.gpu_campaign.tasks SPEC` on its
+backend, run one at a time by `python -m bench.gpu_campaign` into its
+record. What each part measures and its targets: bench/README.md.
+"""
+
+TASKS = "bench.gpu_campaign.tasks"
+PARTS = ("compiled", "a", "b", "cuda")
+# Part a, (backend, model, optimizer), in order of value: the optimizer
+# ratios on both backends, our models on JAX, then the rest. The
+# optimizers: `OPTIMIZERS` in `bench/gpu_campaign/tasks.py`.
+A_ITEMS = (
+    ("jax", "keras", "lso_sgd"), ("jax", "keras", "lars_mixed"),
+    ("torch", "keras", "lso_sgd"), ("torch", "keras", "lars_mixed"),
+    ("jax", "v1", "lso_sgd"), ("jax", "v1.5", "lso_sgd"),
+    ("jax", "v1-nobias", "lso_sgd"), ("jax", "v1.5-nobias", "lso_sgd"),
+    ("jax", "keras", "lamb_mixed"), ("torch", "keras", "lamb_mixed"),
+    ("torch", "v1", "lso_sgd"), ("torch", "v1.5", "lso_sgd"),
+    ("torch", "v1-nobias", "lso_sgd"), ("torch", "v1.5-nobias", "lso_sgd"),
+)
+A_SETTINGS = dict(size=224, batch=256, steps=20, warmup=5,
+                  precision="mixed_float16")
+B_SETTINGS = dict(steps=20, optimizers=None)
+B_BACKENDS = ("jax", "torch")
+# The torch step Keras compiles (`jit_compile=True`, torch.compile), run
+# before part a: stock against LARSMixed, each against eager torch and JAX;
+# each at most `COMPILED_SECONDS`, torch.compile of ResNet-50 included.
+COMPILED_ITEMS = (("torch", "keras", "lso_sgd"),
+                  ("torch", "keras", "lars_mixed"))
+COMPILED_SECONDS = 400
+CUDA_ARCH = "sm_90"
+
+SMOKE_A = (("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
+           ("torch", "keras", "lars_mixed"), ("torch", "v1", "lamb_mixed"))
+# torch.compile of a ResNet-50 takes minutes on a CPU: the smoke compiles
+# the package's ResNet-8 through the same code.
+SMOKE_COMPILED = (("torch", "cifar8", "lars_mixed"),)
+SMOKE_A_SETTINGS = dict(size=32, batch=2, steps=2, warmup=1,
+                        precision="mixed_float16")
+SMOKE_B_SETTINGS = dict(steps=2, optimizers=["LSO(SGD)", "LARSMixed"])
+
+
+def specs(smoke=False):
+    """The check's tasks in order of value (compiled, a, b, cuda); the
+    smoke's (`smoke`): tiny sizes, on a CPU, through the same code."""
+    a_settings = SMOKE_A_SETTINGS if smoke else A_SETTINGS
+
+    def a(part, items, **extra):
+        return [dict(part=part, module=TASKS, run_backend=backend,
+                     model=model, optimizer=optimizer, settings=a_settings,
+                     smoke=smoke, **extra)
+                for backend, model, optimizer in items]
+
+    return tuple(
+        a("compiled", SMOKE_COMPILED if smoke else COMPILED_ITEMS,
+          limit_seconds=COMPILED_SECONDS)
+        + a("a", SMOKE_A if smoke else A_ITEMS)
+        + [dict(part="b", module=TASKS, run_backend=backend,
+                settings=SMOKE_B_SETTINGS if smoke else B_SETTINGS,
+                smoke=smoke) for backend in B_BACKENDS]
+        + [dict(part="cuda", module=TASKS, arch=CUDA_ARCH, smoke=smoke)])
