@@ -145,6 +145,33 @@ def test_batches_are_normalized_to_minus_one_one(tmp_path):
     assert float(tf.reduce_min(x)) < -0.9 and float(tf.reduce_max(x)) > 0.9
 
 
+def test_tf_data_processes_read_slices_that_tile_the_global_batch():
+    # Several JAX or torch processes on tf.data: process p keeps rows
+    # [p * B / P, (p + 1) * B / P) of each augmented batch, train and
+    # validation alike; together they are the one process's batches.
+    from keras_largebatch.train import augment
+    from keras_largebatch.train.data import tf_pipeline
+
+    rng = np.random.default_rng(0)
+    x = rng.random((50, 8, 8, 1), "float32")
+    y = np.arange(50) % 4
+    spec = data.from_arrays("t", x, y, x[:24], y[:24], 4, 8, 3)
+    kwargs = dict(augmenter=augment.build("crop_flip", 8, 1), seed=3,
+                  drop_remainder=True, steps_per_epoch=5, epochs=2)
+    whole = [_all(d) for d in tf_pipeline.batch(spec, 12, **kwargs)]
+    parts = [[_all(d) for d in tf_pipeline.batch(
+        spec, 12, process_index=p, process_count=3, **kwargs)]
+        for p in range(3)]
+    for i in range(2):  # train, validation
+        for j in range(2):  # images, labels
+            tiled = np.concatenate([parts[p][i][j] for p in range(3)],
+                                   axis=1)
+            assert tiled.shape == whole[i][j].shape
+            np.testing.assert_array_equal(tiled, whole[i][j])
+    assert whole[0][0].shape[:2] == (10, 12)
+    assert parts[1][0][0].shape[:2] == (10, 4)
+
+
 _MEMORY = r"""
 import resource, sys
 import numpy as np

@@ -149,12 +149,11 @@ def _builder(pipeline, data, seed, spec, devices, step_batch, drop):
     """`build(seed, **overrides) -> (train, validation)` of `pipeline`
     (augmented with `seed`)."""
     policy = registry.augment_policy(data.augment, data.dataset)
-    kwargs = dict(drop_remainder=drop)
+    kwargs = dict(drop_remainder=drop, process_index=devices.process_index,
+                  process_count=devices.process_count)
     if pipeline == "grain":
         augmenter = augment_numpy.build(policy, seed)
         batches = grain_pipeline.batch
-        kwargs.update(process_index=devices.process_index,
-                      process_count=devices.process_count)
     else:
         require_tensorflow("`input_pipeline=tf_data`")
         augmenter = augment.build(policy, spec.image_size, seed)

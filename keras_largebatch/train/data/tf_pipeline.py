@@ -1,7 +1,11 @@
 """The tf.data pipeline: shuffled, augmented, normalized batches.
 
 Every data set reads through it (TFRecords only through it); it needs
-TensorFlow, on any backend.
+TensorFlow, on any backend. With `process_count > 1` (several JAX or torch
+processes), process `p` keeps rows `[p * B / P, (p + 1) * B / P)` of every
+global batch, after its augmentation: the processes' slices tile the batch
+a single process would read. Each process still reads and decodes the
+whole global batch; only the slice reaches the model.
 """
 
 from keras_largebatch.train.data.spec import epoch_seed
@@ -9,7 +13,8 @@ from keras_largebatch.train.data.spec import epoch_seed
 
 def batch(spec, global_batch_size, augmenter=None, seed=0,
           drop_remainder=False, steps_per_epoch=None, epochs=1,
-          initial_epoch=0, initial_step=0):
+          initial_epoch=0, initial_step=0, process_index=0,
+          process_count=1):
     """Shuffles, augments and batches; returns `(train_ds, val_ds)`.
 
     `train_ds` holds the batches of epochs `initial_epoch .. epochs - 1`,
@@ -26,9 +31,15 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
     they are augmented (a run resumed within that epoch). With
     `steps_per_epoch` larger than a pass, passes follow each other, each
     shuffled anew. Data whose decoding is random (`spec.train_for_epoch`)
-    is decoded with seeds of `(seed, epoch, pass, example)`.
+    is decoded with seeds of `(seed, epoch, pass, example)`. Every batch
+    is then cut to this process's rows (`process_index` of
+    `process_count`).
     """
     import tensorflow as tf
+
+    per_process = global_batch_size // process_count
+    lo = process_index * per_process
+    rows = lambda x, y: (x[lo:lo + per_process], y[lo:lo + per_process])  # noqa: E731
 
     per_pass = (spec.num_train // global_batch_size if drop_remainder
                 else -(-spec.num_train // global_batch_size))
@@ -42,11 +53,13 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
         if epoch == initial_epoch and initial_step:
             data = data.skip(initial_step)
         if augmenter is None:
-            return data.map(lambda step, xy: xy)
-        return data.map(
-            lambda step, xy: (augmenter(xy[0], seed=batch_seed(
-                seed, epoch, step)), xy[1]),
-            num_parallel_calls=tf.data.AUTOTUNE)
+            data = data.map(lambda step, xy: xy)
+        else:
+            data = data.map(
+                lambda step, xy: (augmenter(xy[0], seed=batch_seed(
+                    seed, epoch, step)), xy[1]),
+                num_parallel_calls=tf.data.AUTOTUNE)
+        return data.map(rows) if process_count > 1 else data
 
     train = _concatenate([epoch_batches(e)
                           for e in range(initial_epoch, epochs)])
@@ -62,8 +75,10 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
         normalize, num_parallel_calls=tf.data.AUTOTUNE
     ).prefetch(tf.data.AUTOTUNE).with_options(options)
     val = spec.validation.batch(
-        global_batch_size, drop_remainder=drop_remainder
-    ).map(normalize).prefetch(tf.data.AUTOTUNE)
+        global_batch_size, drop_remainder=drop_remainder)
+    if process_count > 1:
+        val = val.map(rows)
+    val = val.map(normalize).prefetch(tf.data.AUTOTUNE)
     return train, val
 
 
