@@ -33,7 +33,7 @@ class Plan:
     specs: tuple
     then: object = None  # runs -> more specs, or None
     # Its runs are the report's comparisons: findings, fronts, the table of
-    # every configuration (`report.load_all`).
+    # every configuration (`selection.load_all`).
     compared: bool = False
 
     def all_specs(self, runs=()):

@@ -12,9 +12,13 @@ import sys
 import pytest
 
 import bench
+from bench.study import appendix
+from bench.study import baselines
+from bench.study import depth
+from bench.study import findings
 from bench.study import plans
-from bench.study import report
 from bench.study import runner
+from bench.study import selection
 from keras_largebatch.train import data
 
 
@@ -44,11 +48,11 @@ def test_the_report_reads_the_records_its_plans_name(tmp_path):
                         (plans.SMOKE, 0.7)):
         spec = plan.all_specs()[0]
         runner.save(plan.path(str(tmp_path)), [dict(spec, val_accuracy=value)])
-    runs = report.load_all(str(tmp_path))
+    runs = selection.load_all(str(tmp_path))
     assert {(r["record"], r["val_accuracy"]) for r in runs} == {
         ("batch_scaling_study", 0.5), ("large_batch_study", 0.6)}
     written = {p.record for p in plans.PLANS.values()}
-    assert not written & set(report.RETIRED)
+    assert not written & set(appendix.RETIRED)
 
 
 def _flags(argv):
@@ -257,7 +261,7 @@ def test_a_finding_is_computed_per_machine_kind_with_its_verdict():
                                 for i in range(10)}, "CPU VM / JAX")
     fixed = _arm_runs("fixed", {100 + i: (1000 + 10 * i, 0.90)
                                 for i in range(10)}, "CPU VM / JAX")
-    found = report.comparison(grown + fixed, "claim", dict(kind="grown"),
+    found = findings.comparison(grown + fixed, "claim", dict(kind="grown"),
                               dict(kind="fixed"), "elsewhere")
     assert [f["machine"] for f in found] == ["CPU VM / JAX"]
     target = found[0]["result"]["targets"][0.90]
@@ -266,7 +270,7 @@ def test_a_finding_is_computed_per_machine_kind_with_its_verdict():
     assert target["verdict"] == "ahead"
     # The same arms split over two machine kinds are never compared.
     moved = [dict(r, kind_of_machine="H200 / JAX") for r in fixed]
-    assert report.comparison(grown + moved, "claim", dict(kind="grown"),
+    assert findings.comparison(grown + moved, "claim", dict(kind="grown"),
                              dict(kind="fixed"), "elsewhere") == []
 
 
@@ -344,7 +348,7 @@ def test_the_kills_plan_covers_every_setup_and_the_report_tabulates_it():
     # A damaged kill is its own run: its key differs from the plain kill's.
     plain = {runner.run_key(s) for s in kills if "fault" not in s}
     assert not plain & {runner.run_key(s) for s in damaged}
-    table = report.kill_lines()
+    table = appendix.kill_lines()
     # The recorded campaign: every setup's kills resumed bit for bit.
     for setup in plans.kills.SETUPS:
         row = [line for line in table
@@ -381,45 +385,45 @@ def _seed_runs(machine, seeds, updates, final=0.91, **fields):
             for seed, u in zip(seeds, updates)]
 
 
-def _defaults(updates, machine=report.BASELINE_MACHINE):
+def _defaults(updates, machine=baselines.BASELINE_MACHINE):
     return _seed_runs(machine, plans.DECISIVE_SEEDS, updates,
-                      **dict(report.DEFAULTS, batch=128))
+                      **dict(baselines.DEFAULTS, batch=128))
 
 
 def _ramp(updates, final=0.91):
-    return _seed_runs(report.BASELINE_MACHINE, plans.DECISIVE_SEEDS, updates,
+    return _seed_runs(baselines.BASELINE_MACHINE, plans.DECISIVE_SEEDS, updates,
                       final, kind="ramp", batch=128, rate=0.4)
 
 
 def test_a_baseline_without_runs_says_not_run_yet_with_no_numbers():
     runs = _defaults([500.0 + 10 * i for i in range(10)])
-    found = report.baseline_findings(runs)
-    assert [f["name"] for f in found] == [n for n, _, _ in report.BASELINE_ARMS]
+    found = baselines.baseline_findings(runs)
+    assert [f["name"] for f in found] == [n for n, _, _ in baselines.BASELINE_ARMS]
     for f in found:
         assert f["n"] == (10, 0) and f["result"] is None
         assert f["status"] == "not run yet (n = 0)"
-    lines = report.baseline_lines(found)
+    lines = baselines.baseline_lines(found)
     assert all(line.endswith("n = 10 vs 0): not run yet (n = 0).")
                for line in lines)
     # One seed: no interval, no verdict.
-    one = report.baseline_findings(runs + _ramp([500.0])[:1])
+    one = baselines.baseline_findings(runs + _ramp([500.0])[:1])
     assert one[1]["status"] == "n = 1, no interval"
 
 
 def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
     spread = [500.0 + 40 * i for i in range(10)]
-    found = report.baseline_findings(_defaults(spread) + _ramp(spread[::-1]))
+    found = baselines.baseline_findings(_defaults(spread) + _ramp(spread[::-1]))
     ramp = found[1]
     assert ramp["n"] == (10, 10)
     res = ramp["result"]
-    assert {res["targets"][t]["verdict"] for t in report.TARGETS} == {
+    assert {res["targets"][t]["verdict"] for t in selection.TARGETS} == {
         "cannot tell"}
     assert res["accuracy"]["verdict"] == "cannot tell"
     assert ramp["ramp"].startswith("The fixed ramp matches the grown batch")
-    line = report.baseline_lines(found)[1]
+    line = baselines.baseline_lines(found)[1]
     assert "among those" in line and line.endswith(ramp["ramp"])
     # A ramp that needs twice the updates: the grown batch ahead there.
-    slow = report.baseline_findings(
+    slow = baselines.baseline_findings(
         _defaults(spread) + _ramp([2 * u for u in spread]))[1]
     assert slow["ramp"].startswith("The grown batch is ahead of the fixed "
                                    "ramp on 0.88, 0.89, 0.90, 0.905")
@@ -427,7 +431,7 @@ def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
     # Other machine kinds' runs never enter the baselines.
     moved = [dict(r, kind_of_machine="CPU VM / JAX")
              for r in _ramp(spread)]
-    assert report.baseline_findings(_defaults(spread) + moved)[1]["n"] \
+    assert baselines.baseline_findings(_defaults(spread) + moved)[1]["n"] \
         == (10, 0)
 
 
@@ -466,7 +470,7 @@ def test_depth_findings_use_the_sweeps_best_on_one_machine_kind():
     runs = _depth_records()
     # A measuring run on another kind is never pooled with the CPU's.
     runs.append(_depth_run(H200, "sgd", 0.8, 101, None, 0.95))
-    found = report.depth_findings(runs)
+    found = depth.depth_findings(runs)
     assert found["machine"] == CPU_TF
     assert "3 of 3 arms complete" in found["machine_why"]
     assert "H200 / JAX are not pooled" in found["machine_why"]
@@ -482,7 +486,7 @@ def test_depth_findings_use_the_sweeps_best_on_one_machine_kind():
     assert at["fisher_p"] == pytest.approx(0.05)   # 1 / C(6, 3)
     # Three seeds: the updates' verdict waits for more.
     assert at["verdict"] == "cannot tell"
-    lines = report.depth_finding_lines(found)
+    lines = depth.depth_finding_lines(found)
     assert lines[0].startswith("- **LARSMixed against SGD, ResNet-20 w16 at "
                                "4,096** (12 epochs; seeds 101–103; "
                                "CPU VM / TensorFlow; n = 3 vs 3")
@@ -495,15 +499,15 @@ def test_depth_findings_use_the_sweeps_best_on_one_machine_kind():
 
 
 def test_depth_findings_wait_for_their_runs():
-    found = report.depth_findings(_depth_records(measure=(101,)))
+    found = depth.depth_findings(_depth_records(measure=(101,)))
     assert all(p["status"] == "n = 1, no interval" for p in found["pairs"])
-    none = report.depth_findings(_depth_records(measure=()))
+    none = depth.depth_findings(_depth_records(measure=()))
     assert none["machine"] is None
     assert all(p["status"] == "not run yet (n = 0)" for p in none["pairs"])
     # A best still at its sweep's edge: the extension runs first.
     edge = [r for r in _depth_records(measure=())
             if not (r["optimizer"] == "lars_mixed" and r["rate"] < 20)]
-    lars = report.depth_findings(edge)["pairs"][0]["status"]
+    lars = depth.depth_findings(edge)["pairs"][0]["status"]
     assert lars == ("not run yet (n = 0): LARSMixed's best, 20, lies at its "
                     "sweep's edge; 10 runs first")
 
@@ -523,7 +527,7 @@ def test_the_default_row_is_the_plans_rate_10_run_at_4096():
     (spec,) = plans.DEPTH.then(sweep)
     assert runner.run_key(spec) == runner.run_key(dict(
         spec, rate=rate)) and spec["warmup_epochs"] == warmup
-    found = report.depth_findings(sweep + [dict(
+    found = depth.depth_findings(sweep + [dict(
         spec, kind_of_machine=CPU_TF, record="r", val_accuracy=0.9,
         train_loss_per_epoch=[1.0], evals=[[0, 80, 0.95]])])
     assert [c["seed"] for c in found["default"]["choosing"]] == [100]

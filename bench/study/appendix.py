@@ -1,0 +1,81 @@
+"""The page's tables of the records no comparison reads: the backends'
+training speed (`backend_speed`), kill and resume (`kills`), and the
+retired studies' records (`RETIRED`), which no plan writes."""
+
+import json
+import os
+
+from bench.study import kills
+from bench.study import plans
+from bench.study import runner
+from bench.study import show
+from bench.study import stats
+
+# Records of retired studies (no plan writes them), listed run by run with
+# the `SHOWN` fields they have.
+RETIRED = {
+    "study_backends": "training images/s per backend (now `backend_speed`)",
+    "adaptive_batch_study": "the grown batch's first study",
+    "adaptive_batch_study_8": "its c = 8 runs",
+    "adaptive_batch_seeds": "the previous defaults over seeds",
+    "noise_scale_sweeps": "the noise-scale study's fit-phase sweeps",
+    "large_batch_study_digits": "the study on scikit-learn's digits"}
+SHOWN = ("policy", "phase", "kind", "optimizer", "batch", "global_batch_size",
+         "start_batch", "max_batch", "epochs", "rate", "peak_learning_rate",
+         "lr_rule", "c", "seed", "updates", "val_accuracy", "backend",
+         "fixed 128", "fixed 1,024")
+
+
+def retired_lines(results=runner.RESULTS):
+    """Each retired study's runs, one row each (`RETIRED`)."""
+    lines = []
+    for name, about in RETIRED.items():
+        with open(os.path.join(results, name + ".json")) as f:
+            record = json.load(f)
+        runs = record.get("runs") or record.get("results") or [
+            dict(v, backend=k) for k, v in record.get("images_per_sec", {}).items()]
+        fields = [k for k in SHOWN if runs and k in runs[0]]
+        lines += ["", f"### `{name}.json`: {about} ({record.get('machine', '?')})",
+                  "", "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
+        lines += ["| " + " | ".join(f"{r.get(k):.4g}" if isinstance(r.get(k), float)
+                                    else str(r.get(k, "–")) for k in fields) + " |"
+                  for r in runs]
+    return lines
+
+
+def speed_lines(results=runner.RESULTS):
+    """The `backend_speed` plan: second-epoch training images/s per machine
+    and backend, the mean of the runs side by side."""
+    rows = {}
+    for r in runner.load(plans.BACKEND_SPEED.path(results)):
+        rows.setdefault((r["machine"].rsplit(",", 1)[0], r["batch"]), []).append(
+            r["images_per_sec_per_epoch"][-1])
+    return ["| machine (backend) | batch | images/s (mean of the runs side by "
+            "side) |", "|---|---|---|"] + [
+        f"| {m} | {b:,} | {sum(v) / len(v):,.0f} (n={len(v)}) |"
+        for (m, b), v in sorted(rows.items())]
+
+
+def kill_lines(results=runner.RESULTS):
+    """The `kills` plan: per setup and fault (none, or the newest checkpoint
+    damaged after the kill), its kills, the identical resumes, the updates
+    a kill lost and a kill's seconds (kill and rerun)."""
+    lines = ["| setup | fault | machine | kills | identical resumes | updates "
+             "lost: max | median | seconds a kill |",
+             "|---|---|---|---|---|---|---|---|"]
+    runs = runner.load(plans.KILL_RUNS.path(results))
+    for fault in (None, "damage"):
+        for setup in kills.SETUPS:
+            mine = [r for r in runs
+                    if r["setup"] == setup and r.get("fault") == fault]
+            lost = [r["steps_lost"] for r in mine
+                    if r["steps_lost"] is not None]
+            if mine:
+                median = show.number(stats.median(lost), 1) if lost else "–"
+                lines.append(
+                    f"| {setup} | {fault or 'none'} | {mine[-1]['machine']} | "
+                    f"{len(mine)} | {sum(r['identical'] for r in mine)} | "
+                    f"{max(lost, default='–')} | "
+                    f"{median} | "
+                    f"{stats.median([r['wall_seconds'] for r in mine]):.0f} |")
+    return lines

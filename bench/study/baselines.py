@@ -1,0 +1,111 @@
+"""The command's defaults against each baseline of issue 51, the decisive
+fixed arm's and `plans.BASELINES`' (`BASELINE_ARMS`): final accuracy and,
+per target, the ratio of median updates, with intervals and verdicts; an
+arm without runs reads "not run yet"."""
+
+from bench.study import plans
+from bench.study import show
+from bench.study import stats
+from bench.study.selection import TARGETS
+from bench.study.selection import arm
+from bench.study.selection import shortfall
+
+# The defaults against each baseline of issue 51 (the decisive fixed arm and
+# `plans.BASELINES`): (name, selection, where its rate or schedule came
+# from), on the decisive seeds and their machine kind only.
+DEFAULTS = dict(kind="grown", variant="default", rate=0.4, epochs=24,
+                optimizer="sgd")
+BASELINE_MACHINE = "CPU VM / TensorFlow"
+SEEDS = plans.DECISIVE_SEEDS
+RAMP = "the fixed ramp ({}, 0.4 x the batch / 128)".format(", then ".join(
+    f"{b:,} from epoch {e}" for e, b in (
+        map(int, step.split(":")) for step in plans.RAMP_SCHEDULE.split(","))))
+BASELINE_ARMS = (
+    ("fixed 1,024 at 0.8", dict(kind="fixed", batch=1024, rate=0.8, epochs=24,
+                                optimizer="sgd"),
+     "the H200 / JAX front's best for 0.90; its rate chosen there on seed 0, "
+     "one seed a rate"),
+    (RAMP, dict(kind="ramp", rate=0.4, epochs=24, optimizer="sgd"),
+     "the schedule the grown defaults at 0.4 followed on seeds 0-4 (CPU VM / "
+     "JAX), written in the plan before it ran"),
+    ("fixed 512 at 1.6", dict(kind="fixed", batch=512, rate=1.6, epochs=24,
+                              optimizer="sgd"),
+     "the CPU VM / JAX front's best for 0.90 and 0.905, seeds 0-2"),
+    ("fixed 1,024 at 0.8 over 36 epochs", dict(
+        kind="fixed", batch=1024, rate=0.8, epochs=36, optimizer="sgd"),
+     "the decisive arm's rate; its decay ends after the grown runs'"),
+)
+
+
+def ramp_sentence(result):
+    """What the defaults against the fixed ramp say, from their verdicts:
+    where the grown batch is ahead, the measurements add something there;
+    where neither is, the ramp matched it within the intervals."""
+    verdicts = [("final accuracy", result["accuracy"]["verdict"])] + [
+        (show.target(t), result["targets"][t]["verdict"]) for t in TARGETS]
+    ahead = [name for name, word in verdicts if word == "ahead"]
+    behind = [name for name, word in verdicts if word == "behind"]
+    if not ahead and not behind:
+        return ("The fixed ramp matches the grown batch within these "
+                "intervals (no verdict either way, on final accuracy or at "
+                "any target; not an equivalence test): the noise scale told "
+                "the schedule, and that schedule written in advance did as "
+                "well.")
+    parts = []
+    if ahead:
+        parts.append("the grown batch is ahead of the fixed ramp on "
+                     + ", ".join(ahead) + ": measuring the noise scale adds "
+                     "something the written schedule lacks there")
+    if behind:
+        parts.append("the fixed ramp is ahead of the grown batch on "
+                     + ", ".join(behind))
+    return "; ".join(parts).capitalize() + "."
+
+
+def baseline_findings(runs):
+    """The defaults against each of `BASELINE_ARMS` on `BASELINE_MACHINE`
+    and the decisive seeds: [{name, machine, chosen_on, n (a, b), status
+    (`shortfall`), result (`stats.compare`, None with a status), ramp (its
+    `ramp_sentence`, the ramp only)}]."""
+    here = [r for r in runs if r["kind_of_machine"] == BASELINE_MACHINE]
+    a = arm(here, "defaults", seeds=SEEDS, **DEFAULTS)
+    out = []
+    for name, sel, chosen in BASELINE_ARMS:
+        b = arm(here, name, seeds=SEEDS, **sel)
+        n = (len(a.seeds), len(b.seeds))
+        status = shortfall(*n)
+        result = None if status else stats.compare(a, b, TARGETS)
+        out.append(dict(name=name, machine=BASELINE_MACHINE, chosen_on=chosen,
+                        n=n, status=status, result=result,
+                        ramp=ramp_sentence(result)
+                        if result and sel["kind"] == "ramp" else None))
+    return out
+
+
+def baseline_lines(found):
+    """One line a baseline: final accuracy and, per target, the ratio of
+    median updates (defaults / baseline) with its verdict, the seeds that
+    reach it and the ratio among those alone."""
+    lines = []
+    for f in found:
+        head = (f"- **The defaults (grown from 128 at 0.4) against "
+                f"{f['name']}** ({f['machine']}; seeds {SEEDS[0]}–{SEEDS[-1]}; n = "
+                f"{f['n'][0]} vs {f['n'][1]}")
+        if f["status"]:
+            lines.append(head + f"): {f['status']}.")
+            continue
+        res, acc = f["result"], f["result"]["accuracy"]
+        parts = [f"final accuracy {res['a']['mean']:.4f} vs "
+                 f"{res['b']['mean']:.4f}, difference "
+                 f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
+                 f"**{acc['verdict']}**"]
+        for t in TARGETS:
+            x = res["targets"][t]
+            parts.append(
+                f"{show.target(t)}: updates ratio {show.interval(*x['ratio'], 3)} "
+                f"**{x['verdict']}** (reached {x['a_reached']}/{f['n'][0]} "
+                f"vs {x['b_reached']}/{f['n'][1]}; among those, "
+                f"{show.interval(*x['reaching_ratio'], 3)})")
+        lines.append(head + f"; {f['chosen_on']}): " + "; ".join(parts) + "."
+                     + (f" {f['ramp']}" if f["ramp"] else ""))
+    return lines

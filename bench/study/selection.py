@@ -1,0 +1,59 @@
+"""The runs the study compares, and their selection into arms.
+
+Every run of the records of the plans compared (`load_all`) carries its
+record's name and its machine kind; `arm` selects the runs of one
+configuration as a `stats.Arm` with its updates to each target, and
+`shortfall` says why two arms too small for an interval have none."""
+
+import os
+
+from bench.study import plans
+from bench.study import runner
+from bench.study import stats
+
+TARGETS = (0.88, 0.89, 0.90, 0.905)
+
+
+def load_all(results=runner.RESULTS):
+    """Every run of the records of the plans compared (`Plan.compared`),
+    each with its record's name and its machine kind."""
+    runs = []
+    for name in dict.fromkeys(p.record for p in plans.PLANS.values()
+                              if p.compared):
+        for r in runner.load(os.path.join(results, name + ".json")):
+            runs.append(dict(r, record=name, kind_of_machine=runner.machine_kind(
+                r.get("machine", "CPU VM (JAX)"))))
+    return runs
+
+
+def config(r):
+    return (r.get("workload", "resnet8_w4"), r.get("kind") or r.get("phase"),
+            r["optimizer"], r["epochs"], r["batch"], round(r["rate"], 6),
+            r.get("variant"))
+
+
+def arm(runs, name, targets=TARGETS, **where):
+    """The `stats.Arm` of the runs matching `where` (a field's value; `seeds`
+    a collection; `rate` to 6 digits), with their updates to `targets`."""
+    seeds = where.pop("seeds", None)
+    chosen = [r for r in runs if (seeds is None or r["seed"] in seeds)
+              and all(round(r.get(k), 6) == round(v, 6) if k == "rate"
+                      else r.get(k) == v for k, v in where.items())]
+    chosen.sort(key=lambda r: r["seed"])
+    machines = {r["kind_of_machine"] for r in chosen}
+    return stats.Arm(
+        name=name, machine=" + ".join(sorted(machines)) or "none",
+        seeds=tuple(r["seed"] for r in chosen),
+        final=tuple(r["val_accuracy"] for r in chosen),
+        updates_to={t: tuple(stats.updates_to(plans.points(r), t) for r in chosen)
+                    for t in targets})
+
+
+def shortfall(n_a, n_b):
+    """Why a comparison of arms of `n_a` and `n_b` seeds has no interval:
+    "not run yet (n = 0)", "n = 1, no interval", or None."""
+    if min(n_a, n_b) == 0:
+        return "not run yet (n = 0)"
+    if min(n_a, n_b) == 1:
+        return "n = 1, no interval"
+    return None
