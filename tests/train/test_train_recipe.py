@@ -62,10 +62,20 @@ def test_sgd_never_decays_biases_or_batch_norm():
         keras.Input((4,)), keras.layers.Dense(3),
         keras.layers.BatchNormalization(), keras.layers.Dense(2)])
     opt = recipe.build_optimizer("sgd", 0.1, model, weight_decay=0.5)
+    # One step with zero gradients (Keras' public `apply`, which builds the
+    # optimizer first, as Keras 3.16 requires): only decay moves a weight,
+    # by lr * wd = 5% of its value. Every weight starts at 1, so a decayed
+    # bias or BN parameter would move too.
+    for v in model.trainable_variables:
+        v.assign(np.ones(v.shape))
+    opt.apply([keras.ops.zeros(v.shape, "float32")
+               for v in model.trainable_variables], model.trainable_variables)
     decayed = [v.path for v in model.trainable_variables
-               if opt._use_weight_decay(v)]
+               if not np.allclose(keras.ops.convert_to_numpy(v), 1.0)]
     assert decayed == [model.layers[0].kernel.path,
                        model.layers[2].kernel.path]
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model.layers[0].kernel), 0.95, rtol=1e-6)
 
 
 def test_lars_mixed_gets_eta_and_weight_decay():
