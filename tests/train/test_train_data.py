@@ -1,6 +1,5 @@
 """Loaders of keras-largebatch-train on small data made by the tests."""
 
-import io
 import os
 
 import numpy as np
