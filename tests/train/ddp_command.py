@@ -12,11 +12,15 @@ neither trains as one process on the global batch does. With
 """
 
 import os
+import sys
 
-import keras
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from keras_largebatch.train import main
-from keras_largebatch.train import recipe
+import keras  # noqa: E402
+import kill_switch  # noqa: E402
+
+from keras_largebatch.train import main  # noqa: E402
+from keras_largebatch.train import recipe  # noqa: E402
 
 
 def plain_model(model_name, image_size, num_classes, bn_momentum=None,
@@ -32,21 +36,8 @@ def plain_model(model_name, image_size, num_classes, bn_momentum=None,
 
 
 recipe.build_model = plain_model
-if (os.environ.get("KILL_AT_EPOCH_STEP")
-        and os.environ.get("RANK", "0") == os.environ.get("KILL_RANK", "1")):
-    epoch_at, step_at = map(int, os.environ["KILL_AT_EPOCH_STEP"].split(","))
-
-    class Kill(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_end(self, batch, logs=None):
-            if (self.epoch, batch) == (epoch_at, step_at):
-                os._exit(9)
-
-    fit = keras.Model.fit
-    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
-        self, *a, callbacks=[*callbacks, Kill()], **k)
+if os.environ.get("RANK", "0") == os.environ.get("KILL_RANK", "1"):
+    kill_switch.install()
 
 if __name__ == "__main__":
     main.run()

@@ -14,25 +14,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import keras  # noqa: E402
 from conftest import small_model  # noqa: E402
+import kill_switch  # noqa: E402
 
 from keras_largebatch.train import main  # noqa: E402
 from keras_largebatch.train import recipe  # noqa: E402
 
 recipe.build_model = small_model
-if os.environ.get("KILL_AT_EPOCH_STEP"):
-    epoch_at, step_at = map(int, os.environ["KILL_AT_EPOCH_STEP"].split(","))
-
-    class Kill(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_end(self, batch, logs=None):
-            if (self.epoch, batch) == (epoch_at, step_at):
-                os._exit(9)
-
-    fit = keras.Model.fit
-    keras.Model.fit = lambda self, *a, callbacks=(), **k: fit(
-        self, *a, callbacks=[*callbacks, Kill()], **k)
+kill_switch.install()
 
 if __name__ == "__main__":
     main.run()
