@@ -12,7 +12,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import keras  # noqa: E402
 from conftest import small_model  # noqa: E402
 import kill_switch  # noqa: E402
 
