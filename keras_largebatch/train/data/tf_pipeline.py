@@ -63,6 +63,18 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
 
     train = _concatenate([epoch_batches(e)
                           for e in range(initial_epoch, epochs)])
+    val = spec.validation.batch(
+        global_batch_size, drop_remainder=drop_remainder)
+    if process_count > 1:
+        val = val.map(rows)
+    return _normalized(spec, train, val)
+
+
+def _normalized(spec, train, val):
+    """`(train, val)` normalized (`spec.normalize`, or [0, 1] to [-1, 1])
+    and prefetched."""
+    import tensorflow as tf
+
     scale = spec.normalize or (lambda x: (x - 0.5) * 2.0)
     normalize = lambda x, y: (scale(x), y)  # noqa: E731
     # For its default optimizations tf.data rewrites a pipeline by
@@ -74,12 +86,7 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
     train = train.map(
         normalize, num_parallel_calls=tf.data.AUTOTUNE
     ).prefetch(tf.data.AUTOTUNE).with_options(options)
-    val = spec.validation.batch(
-        global_batch_size, drop_remainder=drop_remainder)
-    if process_count > 1:
-        val = val.map(rows)
-    val = val.map(normalize).prefetch(tf.data.AUTOTUNE)
-    return train, val
+    return train, val.map(normalize).prefetch(tf.data.AUTOTUNE)
 
 
 def _shuffled_passes(spec, seed, epoch, passes):
