@@ -117,6 +117,16 @@ def depth_findings(runs, batch=DEPTH_BATCH, epochs=plans.DEPTH_EPOCHS):
                 machine_why=why, arms=arms, pairs=pairs, default=default)
 
 
+def _few(n):
+    """Why the updates have no verdict with fewer than `stats.MIN_SEEDS`
+    seeds an arm ('' otherwise)."""
+    if min(n) >= stats.MIN_SEEDS:
+        return ""
+    return (f" (fewer than {stats.MIN_SEEDS} seeds an arm: a bootstrap "
+            "interval of a median over so few seeds is about [min, max], "
+            "too narrow to decide; reach is Fisher's)")
+
+
 def depth_finding_lines(found):
     """The depth findings, each naming the network and batch: final
     accuracy (Welch), reach of 0.90 (Fisher), updates to 0.90 (bootstrap),
@@ -144,7 +154,7 @@ def depth_finding_lines(found):
             f", median updates {show.interval(*x['a_median'])} vs "
             f"{show.interval(*x['b_median'])}, ratio "
             f"{show.interval(*x['ratio'], 3)} "
-            f"**{x['verdict']}**.")
+            f"**{x['verdict']}**{_few(f['n'])}.")
     if found["machine"]:
         lines.append(f"  - Machine kind: {where}.")
     d = found["default"]
