@@ -1,7 +1,8 @@
 """The command's defaults against each baseline of issue 51, the decisive
 fixed arm's and `plans.BASELINES`' (`BASELINE_ARMS`): final accuracy and,
 per target, the ratio of median updates, with intervals and verdicts; an
-arm without runs reads "not run yet"."""
+arm without runs reads "not run yet", one with fewer seeds than its plan
+"interim": its intervals so far, no verdicts."""
 
 from bench.study import plans
 from bench.study import show
@@ -62,23 +63,45 @@ def ramp_sentence(result):
     return "; ".join(parts).capitalize() + "."
 
 
+def planned(sel):
+    """How many seeds `plans.DECISIVE` and `plans.BASELINES` give the arm
+    `sel` selects (the decisive defaults' too)."""
+    return len({s["seed"] for plan in (plans.DECISIVE, plans.BASELINES)
+                for s in plan.specs
+                if all(s.get(k) == v for k, v in sel.items())})
+
+
+def interim(result):
+    """`result` (`stats.compare`) with every verdict "interim": an arm
+    short of its plan's seeds decides nothing yet."""
+    result["accuracy"]["verdict"] = "interim"
+    for x in result["targets"].values():
+        x["verdict"] = "interim"
+    return result
+
+
 def baseline_findings(runs):
     """The defaults against each of `BASELINE_ARMS` on `BASELINE_MACHINE`
-    and the decisive seeds: [{name, machine, chosen_on, n (a, b), status
-    (`shortfall`), result (`stats.compare`, None with a status), ramp (its
-    `ramp_sentence`, the ramp only)}]."""
+    and the decisive seeds: [{name, machine, chosen_on, n (a, b), planned
+    (a, b: the plans' seeds), status (`shortfall`), result (`stats.compare`,
+    None with a status; its verdicts "interim" while an arm is short of its
+    plan), ramp (its `ramp_sentence`, the complete ramp only)}]."""
     here = [r for r in runs if r["kind_of_machine"] == BASELINE_MACHINE]
     a = arm(here, "defaults", seeds=SEEDS, **DEFAULTS)
     out = []
     for name, sel, chosen in BASELINE_ARMS:
         b = arm(here, name, seeds=SEEDS, **sel)
         n = (len(a.seeds), len(b.seeds))
+        plan = (planned(DEFAULTS), planned(sel))
         status = shortfall(*n)
         result = None if status else stats.compare(a, b, TARGETS)
+        short = n[0] < plan[0] or n[1] < plan[1]
+        if result and short:
+            result = interim(result)
         out.append(dict(name=name, machine=BASELINE_MACHINE, chosen_on=chosen,
-                        n=n, status=status, result=result,
-                        ramp=ramp_sentence(result)
-                        if result and sel["kind"] == "ramp" else None))
+                        n=n, planned=plan, status=status, result=result,
+                        ramp=ramp_sentence(result) if result and not short
+                        and sel["kind"] == "ramp" else None))
     return out
 
 
@@ -91,6 +114,9 @@ def baseline_lines(found):
         head = (f"- **The defaults (grown from 128 at 0.4) against "
                 f"{f['name']}** ({f['machine']}; seeds {SEEDS[0]}–{SEEDS[-1]}; n = "
                 f"{f['n'][0]} vs {f['n'][1]}")
+        if not f["status"] and f["n"][1] < f["planned"][1]:
+            head += (f" of {f['planned'][1]} planned: interim, no verdicts "
+                     "until the plan's seeds have run")
         if f["status"]:
             lines.append(head + f"): {f['status']}.")
             continue

@@ -410,6 +410,25 @@ def test_a_baseline_without_runs_says_not_run_yet_with_no_numbers():
     assert one[1]["status"] == "n = 1, no interval"
 
 
+def test_a_baseline_short_of_its_plan_is_interim_with_no_verdict():
+    spread = [500.0 + 40 * i for i in range(10)]
+    # Three ramp seeds needing twice the updates: complete, "ahead" at every
+    # target; three of ten, nothing decided and no ramp sentence.
+    found = baselines.baseline_findings(
+        _defaults(spread) + _ramp([2 * u for u in spread])[:3])
+    ramp = found[1]
+    assert ramp["n"] == (10, 3) and ramp["planned"] == (10, 10)
+    res = ramp["result"]
+    assert res["accuracy"]["verdict"] == "interim"
+    assert {x["verdict"] for x in res["targets"].values()} == {"interim"}
+    assert ramp["ramp"] is None
+    line = baselines.baseline_lines(found)[1]
+    assert "n = 10 vs 3 of 10 planned: interim" in line
+    assert "ahead" not in line and "cannot tell" not in line
+    # The 36-epoch arm plans 5 seeds (100-104), the others 10.
+    assert [f["planned"][1] for f in found] == [10, 10, 10, 5]
+
+
 def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
     spread = [500.0 + 40 * i for i in range(10)]
     found = baselines.baseline_findings(_defaults(spread) + _ramp(spread[::-1]))
