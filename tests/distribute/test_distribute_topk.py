@@ -9,7 +9,6 @@ TensorFlow does).
 """
 
 import json
-import math
 import os
 import sys
 

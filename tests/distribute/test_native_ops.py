@@ -1,7 +1,6 @@
 """The native pack/unpack ops equal the pure-TF fallback bit for bit."""
 
 import logging
-import os
 
 import keras
 import numpy as np

@@ -7,7 +7,6 @@ import site
 import subprocess
 import sys
 
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,6 @@ float32 transport, then, from the same initial weights, with
 """
 
 import dataclasses
-import json
 import os
 import sys
 
