@@ -83,9 +83,10 @@ def interim(result):
 def baseline_findings(runs):
     """The defaults against each of `BASELINE_ARMS` on `BASELINE_MACHINE`
     and the decisive seeds: [{name, machine, chosen_on, n (a, b), planned
-    (a, b: the plans' seeds), status (`shortfall`), result (`stats.compare`,
-    None with a status; its verdicts "interim" while an arm is short of its
-    plan), ramp (its `ramp_sentence`, the complete ramp only)}]."""
+    (a, b: the plans' seeds), interim (an arm is short of its plan), status
+    (`shortfall`), result (`stats.compare`, None with a status; its
+    verdicts "interim" while interim), ramp (its `ramp_sentence`, the
+    complete ramp only)}]."""
     here = [r for r in runs if r["kind_of_machine"] == BASELINE_MACHINE]
     a = arm(here, "defaults", seeds=SEEDS, **DEFAULTS)
     out = []
@@ -99,7 +100,8 @@ def baseline_findings(runs):
         if result and short:
             result = interim(result)
         out.append(dict(name=name, machine=BASELINE_MACHINE, chosen_on=chosen,
-                        n=n, planned=plan, status=status, result=result,
+                        n=n, planned=plan, interim=bool(result) and short,
+                        status=status, result=result,
                         ramp=ramp_sentence(result) if result and not short
                         and sel["kind"] == "ramp" else None))
     return out
@@ -114,7 +116,7 @@ def baseline_lines(found):
         head = (f"- **The defaults (grown from 128 at 0.4) against "
                 f"{f['name']}** ({f['machine']}; seeds {SEEDS[0]}–{SEEDS[-1]}; n = "
                 f"{f['n'][0]} vs {f['n'][1]}")
-        if not f["status"] and f["n"][1] < f["planned"][1]:
+        if f["interim"]:
             head += (f" of {f['planned'][1]} planned: interim, no verdicts "
                      "until the plan's seeds have run")
         if f["status"]:
