@@ -2,7 +2,9 @@
 fixed arm's and `plans.BASELINES`' (`BASELINE_ARMS`): final accuracy and,
 per target, the ratio of median updates, with intervals and verdicts; an
 arm without runs reads "not run yet", one with fewer seeds than its plan
-"interim": its intervals so far, no verdicts."""
+"interim": its intervals so far, no verdicts. The 36-epoch arm also says
+whether its first seeds change a verdict of the 24-epoch arm's
+(`long_rule`), which decides whether it runs 5 seeds or 10."""
 
 from bench.study import plans
 from bench.study import show
@@ -42,8 +44,7 @@ def ramp_sentence(result):
     """What the defaults against the fixed ramp say, from their verdicts:
     where the grown batch is ahead, the measurements add something there;
     where neither is, the ramp matched it within the intervals."""
-    verdicts = [("final accuracy", result["accuracy"]["verdict"])] + [
-        (show.target(t), result["targets"][t]["verdict"]) for t in TARGETS]
+    verdicts = _verdicts(result)
     ahead = [name for name, word in verdicts if word == "ahead"]
     behind = [name for name, word in verdicts if word == "behind"]
     if not ahead and not behind:
@@ -61,6 +62,33 @@ def ramp_sentence(result):
         parts.append("the fixed ramp is ahead of the grown batch on "
                      + ", ".join(behind))
     return "; ".join(parts).capitalize() + "."
+
+
+def _verdicts(result):
+    return [("final accuracy", result["accuracy"]["verdict"])] + [
+        (show.target(t), result["targets"][t]["verdict"]) for t in TARGETS]
+
+
+def long_rule(here, a, short, sel):
+    """Issue 51's rule for the 36-epoch arm: its first seeds
+    (`plans.LONG_FIRST_SEEDS`) against the defaults, verdict by verdict,
+    against `short` (the defaults against the 24-epoch arm, `stats.compare`):
+    a sentence saying which verdicts change and so whether the arm runs 5
+    seeds or 10; None until those seeds have run."""
+    first = arm(here, "first", seeds=plans.LONG_FIRST_SEEDS, **sel)
+    if len(first.seeds) < len(plans.LONG_FIRST_SEEDS) or short is None:
+        return None
+    changed = [f"{name} ({old} at 24 epochs, {new} at 36)"
+               for (name, old), (_, new) in zip(
+                   _verdicts(short), _verdicts(stats.compare(a, first, TARGETS)))
+               if old != new]
+    seeds = plans.LONG_FIRST_SEEDS
+    head = (f"On seeds {seeds[0]}–{seeds[-1]} against the 24-epoch arm's "
+            "verdicts, ")
+    if not changed:
+        return head + f"none changes: the rule keeps {len(seeds)} seeds."
+    return (head + "changed: " + ", ".join(changed) + f": the rule runs "
+            f"{len(SEEDS)} seeds.")
 
 
 def planned(sel):
@@ -86,7 +114,7 @@ def baseline_findings(runs):
     (a, b: the plans' seeds), interim (an arm is short of its plan), status
     (`shortfall`), result (`stats.compare`, None with a status; its
     verdicts "interim" while interim), ramp (its `ramp_sentence`, the
-    complete ramp only)}]."""
+    complete ramp only), rule (the 36-epoch arm's `long_rule`)}]."""
     here = [r for r in runs if r["kind_of_machine"] == BASELINE_MACHINE]
     a = arm(here, "defaults", seeds=SEEDS, **DEFAULTS)
     out = []
@@ -103,7 +131,9 @@ def baseline_findings(runs):
                         n=n, planned=plan, interim=bool(result) and short,
                         status=status, result=result,
                         ramp=ramp_sentence(result) if result and not short
-                        and sel["kind"] == "ramp" else None))
+                        and sel["kind"] == "ramp" else None,
+                        rule=long_rule(here, a, out[0]["result"], sel)
+                        if sel["epochs"] == 36 else None))
     return out
 
 
@@ -135,5 +165,5 @@ def baseline_lines(found):
                 f"vs {x['b_reached']}/{f['n'][1]}; among those, "
                 f"{show.interval(*x['reaching_ratio'], 3)})")
         lines.append(head + f"; {f['chosen_on']}): " + "; ".join(parts) + "."
-                     + (f" {f['ramp']}" if f["ramp"] else ""))
+                     + "".join(f" {f[k]}" for k in ("ramp", "rule") if f[k]))
     return lines

@@ -429,6 +429,38 @@ def test_a_baseline_short_of_its_plan_is_interim_with_no_verdict():
     assert [f["planned"][1] for f in found] == [10, 10, 10, 5]
 
 
+def _fixed_1024(updates, epochs):
+    return _seed_runs(baselines.BASELINE_MACHINE, plans.DECISIVE_SEEDS, updates,
+                      kind="fixed", batch=1024, rate=0.8, epochs=epochs)
+
+
+def test_the_36_epoch_arm_says_whether_its_first_seeds_change_a_verdict():
+    spread = [500.0 + 40 * i for i in range(10)]
+    slow = [2 * u for u in spread]
+    # The 24-epoch arm needs twice the updates: the defaults ahead at every
+    # target. The same on the 36-epoch arm's first 5 seeds: no verdict
+    # changes, 5 seeds are the rule.
+    base = _defaults(spread) + _fixed_1024(slow, 24)
+    found = baselines.baseline_findings(base + _fixed_1024(slow, 36)[:5])
+    assert [f["rule"] for f in found[:3]] == [None] * 3
+    assert found[3]["n"] == (10, 5) and not found[3]["interim"]
+    assert found[3]["rule"] == ("On seeds 100–104 against the 24-epoch arm's "
+                                "verdicts, none changes: the rule keeps 5 "
+                                "seeds.")
+    assert baselines.baseline_lines(found)[3].endswith(found[3]["rule"])
+    # As fast as the defaults on those seeds: every target's "ahead" turns
+    # to "cannot tell", so the arm runs 10 seeds.
+    rule = baselines.baseline_findings(
+        base + _fixed_1024(spread, 36)[:5])[3]["rule"]
+    assert "none changes" not in rule and rule.endswith("the rule runs 10 seeds.")
+    for t in ("0.88", "0.89", "0.90", "0.905"):
+        assert f"{t} (ahead at 24 epochs, cannot tell at 36)" in rule
+    assert "final accuracy" not in rule
+    # Four of its first five seeds: no rule yet.
+    assert baselines.baseline_findings(
+        base + _fixed_1024(spread, 36)[:4])[3]["rule"] is None
+
+
 def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
     spread = [500.0 + 40 * i for i in range(10)]
     found = baselines.baseline_findings(_defaults(spread) + _ramp(spread[::-1]))
