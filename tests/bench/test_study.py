@@ -134,7 +134,7 @@ def test_the_baselines_command_lines_pass_the_commands_checks(tmp_path):
                    for s in specs}) == [
         ("fixed", 512, 1.6, 24), ("fixed", 1024, 0.8, 36),
         ("ramp", 128, 0.4, 24)]
-    assert len(specs) == 10 + 10 + 5
+    assert len(specs) == 10 + 10 + len(plans.BASELINE_LONG_SEEDS)
     for spec in specs:
         config = train_main.parse(
             ["prog"] + runner.command_line(spec, str(tmp_path)))
@@ -425,8 +425,8 @@ def test_a_baseline_short_of_its_plan_is_interim_with_no_verdict():
     line = baselines.baseline_lines(found)[1]
     assert "n = 10 vs 3 of 10 planned: interim" in line
     assert "ahead" not in line and "cannot tell" not in line
-    # The 36-epoch arm plans 5 seeds (100-104), the others 10.
-    assert [f["planned"][1] for f in found] == [10, 10, 10, 5]
+    # The 36-epoch arm plans 10 seeds since its first 5 changed a verdict.
+    assert [f["planned"][1] for f in found] == [10, 10, 10, 10]
 
 
 def _fixed_1024(updates, epochs):
@@ -443,7 +443,7 @@ def test_the_36_epoch_arm_says_whether_its_first_seeds_change_a_verdict():
     base = _defaults(spread) + _fixed_1024(slow, 24)
     found = baselines.baseline_findings(base + _fixed_1024(slow, 36)[:5])
     assert [f["rule"] for f in found[:3]] == [None] * 3
-    assert found[3]["n"] == (10, 5) and not found[3]["interim"]
+    assert found[3]["n"] == (10, 5) and found[3]["interim"]
     assert found[3]["rule"] == ("On seeds 100–104 against the 24-epoch arm's "
                                 "verdicts, none changes: the rule keeps 5 "
                                 "seeds.")
