@@ -74,7 +74,8 @@ def long_rule(here, a, short, sel):
     (`plans.LONG_FIRST_SEEDS`) against the defaults, verdict by verdict,
     against `short` (the defaults against the 24-epoch arm, `stats.compare`):
     a sentence saying which verdicts change and so whether the arm runs 5
-    seeds or 10; None until those seeds have run."""
+    seeds or 10; None until those seeds and the 24-epoch arm's (`short`
+    None while it is interim) have run."""
     first = arm(here, "first", seeds=plans.LONG_FIRST_SEEDS, **sel)
     if len(first.seeds) < len(plans.LONG_FIRST_SEEDS) or short is None:
         return None
@@ -132,7 +133,8 @@ def baseline_findings(runs):
                         status=status, result=result,
                         ramp=ramp_sentence(result) if result and not short
                         and sel["kind"] == "ramp" else None,
-                        rule=long_rule(here, a, out[0]["result"], sel)
+                        rule=long_rule(here, a, None if out[0]["interim"]
+                                       else out[0]["result"], sel)
                         if sel["epochs"] == 36 else None))
     return out
 
