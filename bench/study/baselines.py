@@ -69,21 +69,21 @@ def _verdicts(result):
         (show.target(t), result["targets"][t]["verdict"]) for t in TARGETS]
 
 
-def long_rule(here, a, short, sel):
+def long_rule(here, a, at_24, sel):
     """Issue 51's rule for the 36-epoch arm: its first seeds
     (`plans.LONG_FIRST_SEEDS`) against the defaults, verdict by verdict,
-    against `short` (the defaults against the 24-epoch arm, `stats.compare`):
+    against `at_24` (the defaults against the 24-epoch arm, `stats.compare`):
     a sentence saying which verdicts change and so whether the arm runs 5
-    seeds or 10; None until those seeds and the 24-epoch arm's (`short`
+    seeds or 10; None until those seeds and the 24-epoch arm's (`at_24`
     None while it is interim) have run."""
-    first = arm(here, "first", seeds=plans.LONG_FIRST_SEEDS, **sel)
-    if len(first.seeds) < len(plans.LONG_FIRST_SEEDS) or short is None:
+    seeds = plans.LONG_FIRST_SEEDS
+    first = arm(here, "first", seeds=seeds, **sel)
+    if len(first.seeds) < len(seeds) or at_24 is None:
         return None
     changed = [f"{name} ({old} at 24 epochs, {new} at 36)"
                for (name, old), (_, new) in zip(
-                   _verdicts(short), _verdicts(stats.compare(a, first, TARGETS)))
+                   _verdicts(at_24), _verdicts(stats.compare(a, first, TARGETS)))
                if old != new]
-    seeds = plans.LONG_FIRST_SEEDS
     head = (f"On seeds {seeds[0]}–{seeds[-1]} against the 24-epoch arm's "
             "verdicts, ")
     if not changed:
