@@ -31,6 +31,7 @@ def depth_best(runs, batch, epochs=plans.DEPTH_EPOCHS):
     out = {}
     for o in plans.DEPTH_OPTIMIZERS:
         swept = [r for r in runs if r.get("workload") == DEPTH_WORKLOAD
+                 and not r.get("variant")
                  and r["optimizer"] == o and r["batch"] == batch
                  and r["epochs"] == epochs and r["seed"] in plans.DEPTH_CHOOSE]
         if len(swept) >= 4:
@@ -40,7 +41,8 @@ def depth_best(runs, batch, epochs=plans.DEPTH_EPOCHS):
 
 def _depth_arm(runs, o, rate, batch, epochs, seeds=plans.DEPTH_MEASURE):
     return arm(runs, OPTIMIZER_NAMES[o], DEPTH_TARGETS, workload=DEPTH_WORKLOAD,
-               optimizer=o, batch=batch, epochs=epochs, rate=rate, seeds=seeds)
+               optimizer=o, batch=batch, epochs=epochs, rate=rate, seeds=seeds,
+               variant=None)
 
 
 def depth_machine(runs, best, batch, epochs=plans.DEPTH_EPOCHS):
@@ -193,7 +195,8 @@ def depth_lines(runs):
     sweep's best marked (from the runs of every kind, as the plan chooses;
     said when it lies at the grid's edge); then, per batch, the findings on
     the measuring seeds (`depth_findings`)."""
-    deep = [r for r in runs if r.get("workload") == DEPTH_WORKLOAD]
+    deep = [r for r in runs if r.get("workload") == DEPTH_WORKLOAD
+            and not r.get("variant")]
     lines = []
     for epochs in sorted({r["epochs"] for r in deep}):
         here = [r for r in deep if r["epochs"] == epochs]

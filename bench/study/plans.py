@@ -79,9 +79,12 @@ def sweep_best(swept, target=0.90):
                   "upper" if best == rates[-1] else None)
 
 
-def fixed(batch, rate, seeds, epochs=24, optimizer="sgd", **extra):
-    """A fixed batch at one peak rate over `seeds`, the recipe's warmup."""
-    warmup = recipe.warmup_epochs_for(optimizer, "auto", batch, epochs)
+def fixed(batch, rate, seeds, epochs=24, optimizer="sgd", warmup_epochs=None,
+          **extra):
+    """A fixed batch at one peak rate over `seeds`, the recipe's warmup
+    (or `warmup_epochs`)."""
+    warmup = recipe.warmup_epochs_for(optimizer, "auto", batch, epochs,
+                                      warmup_epochs)
     return [dict(extra, kind="fixed", phase="fixed", optimizer=optimizer,
                  batch=batch, rate=rate, seed=seed, epochs=epochs,
                  warmup_epochs=warmup) for seed in seeds]
@@ -330,7 +333,7 @@ def _depth(epochs, batches, name):
         for o in DEPTH_OPTIMIZERS:
             for b in batches:
                 mine = [r for r in runs if r.get("workload") == "resnet20_w16"
-                        and r["optimizer"] == o and r["batch"] == b
+                        and not r.get("variant") and r["optimizer"] == o and r["batch"] == b
                         and r["epochs"] == epochs
                         and r["seed"] in DEPTH_CHOOSE]
                 grid = {round(r, 9) for r in depth_rates(o, b)}
@@ -360,6 +363,89 @@ def _depth(epochs, batches, name):
 
 DEPTH = _depth(DEPTH_EPOCHS, DEPTH_BATCHES, "depth")
 DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
+
+# Momentum tuned as LARS was (issue 60): ResNet-20 w16 at 4,096, 12 epochs.
+# SGD with Nesterov momentum 0.9 at LARSMixed's warmup (5/42 of the run,
+# 1.43 epochs) and at 2.9 epochs, rates 0.1-1.6 on seed 100; the best of
+# the ten (fewest updates to 0.90, then final accuracy), chosen among the
+# runs of the machine kind this call runs on (`runner.machine_kind`), and
+# while it lies at the sweep's lowest or highest rate, 2x beyond it first
+# (at most `DEPTH_EXTEND`); then the best on seeds 101-105. LARSMixed at 5
+# and LAMBMixed at 0.032 (their measured bests) on seeds 104-105, so every
+# arm has n = 5. LAMBMixed's 0.032 and 0.064 on seed 100 on TensorFlow (a
+# key of their own beside the H200 / JAX runs of those rates), so its best
+# on the CPU kind (0.016 ran there) is bracketed on that kind.
+MOMENTUM_BATCH, MOMENTUM_RATES = 4096, (0.1, 0.2, 0.4, 0.8, 1.6)
+MOMENTUM_WARMUPS = (recipe.warmup_epochs_for(
+    "lars_mixed", "auto", MOMENTUM_BATCH, DEPTH_EPOCHS), 2.9)
+MOMENTUM_MEASURE = (101, 102, 103, 104, 105)
+LAYERWISE_BEST = {"lars_mixed": 5.0, "lamb_mixed": 0.032}
+
+
+def nesterov(rate, warmup, seeds):
+    """SGD with Nesterov momentum on ResNet-20 w16 at 4,096, its variant
+    named by its warmup ('nesterov_w1.43')."""
+    return [dict(s, variant=f"nesterov_w{warmup:.3g}",
+                 flags=dict(nesterov="true"))
+            for s in fixed(MOMENTUM_BATCH, rate, seeds, epochs=DEPTH_EPOCHS,
+                           workload="resnet20_w16", warmup_epochs=warmup)]
+
+
+def momentum_best(runs, kind):
+    """((warmup, rate) of the Nesterov sweep's best on seed 100 among the
+    runs of machine kind `kind`, the (warmup, rate) to run next or None):
+    None, None until every rate of the grid has run at both warmups."""
+    mine = [r for r in runs if str(r.get("variant", "")).startswith("nesterov")
+            and r["seed"] in DEPTH_CHOOSE
+            and runner.machine_kind(r.get("machine")) == kind]
+    by = {(round(r["warmup_epochs"], 6), round(r["rate"], 9)): r for r in mine}
+    grid = {(round(w, 6), round(x, 9)) for w in MOMENTUM_WARMUPS
+            for x in MOMENTUM_RATES}
+    if not grid <= by.keys():
+        return None, None
+
+    def rank(key):
+        r = by[key]
+        return (stats.updates_to(points(r), 0.90), -r["val_accuracy"])
+
+    best = min(by, key=rank)
+    warmup, rate = best
+    rates = sorted(x for w, x in by if w == warmup)
+    low, high = MOMENTUM_RATES[0], MOMENTUM_RATES[-1]
+    if rate == rates[0] and rate > low / 2 ** DEPTH_EXTEND:
+        return best, (warmup, rate / 2)
+    if rate == rates[-1] and rate < high * 2 ** DEPTH_EXTEND:
+        return best, (warmup, rate * 2)
+    return best, None
+
+
+def _momentum_then(runs):
+    best, beyond = momentum_best(runs, runner.machine_kind(runner.machine()))
+    if best is None:
+        return []
+    if beyond is not None:
+        return nesterov(beyond[1], beyond[0], DEPTH_CHOOSE)
+    return nesterov(best[1], best[0], MOMENTUM_MEASURE)
+
+
+_SWEEP_ORDER = (0.4, 0.8, 0.2, 1.6, 0.1)  # The likeliest bests first.
+MOMENTUM = Plan(
+    "momentum", "lars_depth_study",
+    "Nesterov SGD tuned as LARS was against LARSMixed and LAMBMixed, "
+    "ResNet-20 w16 at 4,096, n = 5 a side",
+    tuple(s for rate in _SWEEP_ORDER for w in MOMENTUM_WARMUPS
+          for s in nesterov(rate, w, DEPTH_CHOOSE))
+    + tuple(s for o, rate in LAYERWISE_BEST.items()
+            for s in fixed(MOMENTUM_BATCH, rate, (104, 105),
+                           epochs=DEPTH_EPOCHS, optimizer=o,
+                           workload="resnet20_w16"))
+    + tuple(dict(s, run_backend="tensorflow")
+            for s in fixed(MOMENTUM_BATCH, 0.032, DEPTH_CHOOSE,
+                           epochs=DEPTH_EPOCHS, optimizer="lamb_mixed",
+                           workload="resnet20_w16")
+            + fixed(MOMENTUM_BATCH, 0.064, DEPTH_CHOOSE, epochs=DEPTH_EPOCHS,
+                    optimizer="lamb_mixed", workload="resnet20_w16")),
+    _momentum_then, compared=True)
 
 # The critical batch's branched probes (`bench/study/probes.py` analyses
 # them): the trajectory, 128 at 0.2, seed 0, its checkpoints kept; from
@@ -474,6 +560,6 @@ GPU_SMOKE = Plan("gpu_smoke", "gpu_campaign_smoke",
                  gpu_check.specs(smoke=True))
 
 PLANS = {p.name: p for p in (SCALING, DECISIVE, BASELINES, LARS_VS_SGD,
-                             DEPTH, DEPTH_REDUCED, PROBES, SMOKE,
+                             DEPTH, DEPTH_REDUCED, MOMENTUM, PROBES, SMOKE,
                              BACKEND_SPEED, KILL_RUNS, GPU_CHECK, GPU_SMOKE)}
 

@@ -131,6 +131,13 @@ def version(package):
         return None
 
 
+def framework_version(backend):
+    """The installed version of a Keras backend's framework (None)."""
+    packages = {"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(
+        backend, (backend,))
+    return next(filter(None, map(version, packages)), None)
+
+
 def nvidia_smi(query="name"):
     """nvidia-smi's answer to `--query-gpu=<query>`, a line a GPU ("" where
     there is none)."""
@@ -152,9 +159,7 @@ def machine(backend=None):
     NVIDIA H200 (JAX 0.11.2), 2026-11-27': where runs of `backend` (default
     KERAS_BACKEND's) run from this process."""
     backend = backend or os.environ.get("KERAS_BACKEND", "jax")
-    packages = {"tensorflow": ("tensorflow", "tensorflow-cpu")}.get(
-        backend, (backend,))
-    found = next(filter(None, map(version, packages)), "?")
+    found = framework_version(backend) or "?"
     name = {"jax": "JAX", "torch": "torch", "tensorflow": "TensorFlow"}
     software = f"{name.get(backend, backend)} {found}"
     gpu = nvidia_smi()
@@ -256,10 +261,42 @@ def installed(backend):
     return importlib.util.find_spec(backend) is not None
 
 
+def _git(*args):
+    """git's output in the repository of this `bench` ("" where it fails)."""
+    try:
+        return subprocess.run(["git", "-C", bench.ROOT, *args],
+                              capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+_CODE = {}
+
+
+def code(backend=None):
+    """The code a run ran: the commit of this tree (None outside git),
+    `dirty` (tracked files changed outside `bench/results/`, which the
+    runner itself writes), and the versions of the package, Keras and
+    `backend`'s framework. Read once a process: a study runs from a tree
+    that does not change under it."""
+    backend = backend or os.environ.get("KERAS_BACKEND", "jax")
+    if "commit" not in _CODE:
+        commit = _git("rev-parse", "HEAD") or None
+        changed = _git("status", "--porcelain", "--untracked-files=no",
+                       "--", ".", ":(exclude)bench/results")
+        _CODE.update(commit=commit, dirty=bool(commit and changed))
+    return dict(_CODE, versions={
+        "keras-largebatch": version("keras-largebatch"),
+        "keras": version("keras"), backend: framework_version(backend)})
+
+
 def stamp(spec):
-    """Where and when a run ended: its machine (`machine`), host, time."""
-    return dict(machine=machine(spec.get("run_backend")), host=platform.node(),
-                finished=now())
+    """Where, when and with what code a run ended: its machine
+    (`machine`), host, time, and `code`."""
+    backend = spec.get("run_backend")
+    return dict(machine=machine(backend), host=platform.node(),
+                finished=now(), code=code(backend))
 
 
 def _start(spec, work_dir, data_dir, env):

@@ -169,7 +169,7 @@ def model(network, optimization, gradient_accumulation_steps, spec,
     optimizer = recipe.build_optimizer(
         optimization.optimizer, schedule.learning_rate, built,
         optimization.momentum, optimization.eta, optimization.weight_decay,
-        gradient_accumulation_steps)
+        gradient_accumulation_steps, nesterov=optimization.nesterov)
     recipe.compile_model(built, optimizer, optimization.label_smoothing,
                          top5=spec.num_classes > 10)
     return built

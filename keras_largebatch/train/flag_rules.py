@@ -189,6 +189,12 @@ RULES = (
               or v["compression"] != "topk",
               "0 with --compression=topk (its residuals are saved at "
               "epoch ends)"),
+    _requires("nesterov", ("optimizer", "momentum"),
+              lambda v: not v["nesterov"] or (
+                  v["optimizer"] in ("sgd", "lars", "lars_mixed")
+                  and v["momentum"] > 0),
+              "false unless --optimizer is sgd, lars or lars_mixed with "
+              "--momentum > 0 (LAMB has no Nesterov step)"),
     Rule(("init_weights",), _init_weights_is_a_file),
     Rule(("model_dir",), _model_dir_is_given),
     _requires("warmup_epochs", ("epochs",),

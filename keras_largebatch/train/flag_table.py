@@ -210,6 +210,10 @@ TABLE = (
     Flag('momentum', 'float', 0.9,
         'Momentum.',
          group='optimization'),
+    Flag('nesterov', 'boolean', False,
+        'Nesterov momentum (Sutskever et al. 2013) for sgd, lars and '
+        'lars_mixed; needs --momentum > 0.',
+         group='optimization'),
     Flag('eta', 'float', 0.001,
         'LARS trust coefficient.',
          group='optimization', valid=POSITIVE),

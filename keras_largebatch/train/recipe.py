@@ -193,9 +193,11 @@ def schedule(peak, steps_per_epoch, epochs, warmup_epochs,
 
 
 def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
-                    weight_decay=0.0, gradient_accumulation_steps=1):
+                    weight_decay=0.0, gradient_accumulation_steps=1,
+                    nesterov=False):
     """SGD (decay filtered), LARS, LARSMixed, LAMB or LAMBMixed; bias/BN
-    never decayed (nor adapted by the layer-wise ones).
+    never decayed (nor adapted by the layer-wise ones). `nesterov`: SGD's
+    and LARS's Nesterov momentum (LAMB has none).
 
     With `gradient_accumulation_steps > 1` the optimizer averages that many
     batches' gradients before each update, as Keras' optimizers do.
@@ -207,7 +209,7 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
         kwargs["gradient_accumulation_steps"] = gradient_accumulation_steps
     if name == "sgd":
         opt = keras.optimizers.SGD(
-            learning_rate, momentum=momentum,
+            learning_rate, momentum=momentum, nesterov=nesterov,
             weight_decay=weight_decay or None, **kwargs)
         if weight_decay:
             keras_largebatch.exclude_bias_and_norm(opt, model)
@@ -219,7 +221,7 @@ def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
     cls = {"lars": keras_largebatch.LARS,
            "lars_mixed": keras_largebatch.LARSMixed}[name]
     return cls(learning_rate, momentum=momentum, eta=eta,
-               weight_decay=weight_decay, **kwargs)
+               weight_decay=weight_decay, nesterov=nesterov, **kwargs)
 
 
 def compile_model(model, optimizer, label_smoothing=0.0, top5=False):

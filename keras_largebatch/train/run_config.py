@@ -55,6 +55,7 @@ class OptimizationConfig:
 
     optimizer: str = "lars_mixed"
     momentum: float = 0.9
+    nesterov: bool = False
     eta: float = 0.001
     weight_decay: float = 0.0005
     label_smoothing: float = 0.0
