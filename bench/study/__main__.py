@@ -6,13 +6,16 @@
     python -m bench.study report
     python -m bench.study list
     python -m bench.study merge OTHER/lars_depth_study.json
+    python -m bench.study recheck depth KEY --epochs 2
 
 `run` starts the plan's runs not yet in its record (`bench/results/
 <record>.json`), `--workers` processes at a time, none after `--budget`
 seconds (the GPU check's plans: `python -m bench.gpu_campaign`, one at a
 time); runs that wait on others (a sweep's best rate on new seeds) start
 in the same call once those are recorded; a rerun skips the finished runs
-and resumes a stopped one from its last epoch checkpoint. The plans:
+and resumes a stopped one from its last epoch checkpoint. `recheck` runs a
+recorded run's first epochs again at the code checked out now and compares
+them epoch by epoch with its record (`recheck.py`). The plans:
 `bench/study/plans.py`. Run from the repository's root (or with it on
 `PYTHONPATH`).
 """
@@ -44,7 +47,16 @@ def main(argv=None):
     m = sub.add_parser("merge", help="add another machine's record's runs "
                                      "to the record of the same name here")
     m.add_argument("files", nargs="+")
+    c = sub.add_parser("recheck", help="rerun a recorded run's first epochs "
+                                       "here and compare them with its record")
+    c.add_argument("plan", choices=sorted(plans.PLANS))
+    c.add_argument("key", help="the run's key (`list`, or the record's runs)")
+    c.add_argument("--epochs", type=int, default=1)
+    c.add_argument("--work_dir", default=os.path.join("runs", "recheck"))
+    c.add_argument("--results", default=runner.RESULTS)
     args = p.parse_args(argv)
+    if args.command == "recheck":
+        return _recheck(p, args)
     if args.command == "report":
         from bench.study import report
 
@@ -84,6 +96,21 @@ def main(argv=None):
     runner.run(specs, path, os.path.join(args.work_dir, plan.name),
                args.workers, args.budget, args.data_dir,
                log=lambda m: print(m, flush=True))
+    return 0
+
+
+def _recheck(p, args):
+    from bench.study import recheck
+
+    if args.epochs < 1:
+        p.error(f"--epochs must be >= 1. Received: {args.epochs}")
+    try:
+        spec, run = recheck.find(plans.PLANS[args.plan], args.key,
+                                 args.results)
+        rows = recheck.rerun(spec, run, args.epochs, args.work_dir)
+    except (ValueError, RuntimeError) as e:
+        p.exit(2, f"{p.prog} recheck: error: {e}\n")
+    print("\n".join(recheck.lines(run, recheck.compare(run, rows))))
     return 0
 
 

@@ -21,14 +21,15 @@ DEFAULTS = dict(kind="grown", variant="default", rate=0.4, epochs=24,
 BASELINE_MACHINE = "CPU VM / TensorFlow"
 SEEDS = plans.DECISIVE_SEEDS
 RAMP = "the fixed ramp ({}, 0.4 x the batch / 128)".format(", then ".join(
-    f"{b:,} from epoch {e}" for e, b in (
-        map(int, step.split(":")) for step in plans.RAMP_SCHEDULE.split(","))))
+    f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
+        plans.RAMP_SCHEDULE)))
 BASELINE_ARMS = (
     ("fixed 1,024 at 0.8", dict(kind="fixed", batch=1024, rate=0.8, epochs=24,
                                 optimizer="sgd"),
      "the H200 / JAX front's best for 0.90; its rate chosen there on seed 0, "
      "one seed a rate"),
-    (RAMP, dict(kind="ramp", rate=0.4, epochs=24, optimizer="sgd"),
+    (RAMP, dict(kind="ramp", variant=None, rate=0.4, epochs=24,
+                optimizer="sgd"),
      "the schedule the grown defaults at 0.4 followed on seeds 0-4 (CPU VM / "
      "JAX), written in the plan before it ran"),
     ("fixed 512 at 1.6", dict(kind="fixed", batch=512, rate=1.6, epochs=24,
@@ -37,29 +38,51 @@ BASELINE_ARMS = (
     ("fixed 1,024 at 0.8 over 36 epochs", dict(
         kind="fixed", batch=1024, rate=0.8, epochs=36, optimizer="sgd"),
      "the decisive arm's rate; its decay ends after the grown runs'"),
+    ("the linear ramp written without the noise scale (" + ", ".join(
+        f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
+            plans.LINEAR_RAMP)) + ", 0.4 x the batch / 128)",
+     dict(kind="ramp", variant="linear_ramp", rate=0.4, epochs=24,
+          optimizer="sgd"),
+     "Megatron-LM's `--rampup-batch-size` shape, 128 to 1,024 over the "
+     "first quarter of the samples, fixed in the plan before any run"),
+    ("the doubling ramp written without the noise scale (" + ", ".join(
+        f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
+            plans.DOUBLING_RAMP)) + ", 0.4 x the batch / 128)",
+     dict(kind="ramp", variant="doubling", rate=0.4, epochs=24,
+          optimizer="sgd"),
+     "128 doubled at epochs 2, 4 and 6, fixed in the plan before any run"),
 )
 
 
-def ramp_sentence(result):
-    """What the defaults against the fixed ramp say, from their verdicts:
-    where the grown batch is ahead, the measurements add something there;
-    where neither is, the ramp matched it within the intervals."""
+def ramp_sentence(result, peeked):
+    """What the defaults against a ramp say, from their verdicts. Without a
+    verdict either way the two could not be told apart (no equivalence is
+    shown); a `peeked` ramp (its schedule read from the grown runs) shows
+    then that replaying the noise scale's output works, one written without
+    it that the noise scale added nothing these intervals show."""
     verdicts = _verdicts(result)
     ahead = [name for name, word in verdicts if word == "ahead"]
     behind = [name for name, word in verdicts if word == "behind"]
     if not ahead and not behind:
-        return ("The fixed ramp matches the grown batch within these "
-                "intervals (no verdict either way, on final accuracy or at "
-                "any target; not an equivalence test): the noise scale told "
-                "the schedule, and that schedule written in advance did as "
-                "well.")
+        head = ("The grown batch and this ramp could not be told apart "
+                "(no verdict either way, on final accuracy or at any "
+                "target; not an equivalence test): ")
+        return head + (
+            "its schedule was read from the grown runs of seeds 0-4, so "
+            "this shows that replaying the noise scale's output works, not "
+            "that a schedule written without it would." if peeked else
+            "written without the noise scale, it did not fall behind where "
+            "these intervals could see, so the noise scale added nothing "
+            "they show over it.")
     parts = []
     if ahead:
-        parts.append("the grown batch is ahead of the fixed ramp on "
-                     + ", ".join(ahead) + ": measuring the noise scale adds "
-                     "something the written schedule lacks there")
+        parts.append("the grown batch is ahead of this ramp on "
+                     + ", ".join(ahead) + (
+                         "" if peeked else ": measuring the noise scale adds "
+                         "something this schedule written without it lacks "
+                         "there"))
     if behind:
-        parts.append("the fixed ramp is ahead of the grown batch on "
+        parts.append("this ramp is ahead of the grown batch on "
                      + ", ".join(behind))
     return "; ".join(parts).capitalize() + "."
 
@@ -95,7 +118,8 @@ def long_rule(here, a, at_24, sel):
 def planned(sel):
     """How many seeds `plans.DECISIVE` and `plans.BASELINES` give the arm
     `sel` selects (the decisive defaults' too)."""
-    return len({s["seed"] for plan in (plans.DECISIVE, plans.BASELINES)
+    return len({s["seed"] for plan in (plans.DECISIVE, plans.BASELINES,
+                                       plans.RAMPS)
                 for s in plan.specs
                 if all(s.get(k) == v for k, v in sel.items())})
 
@@ -131,8 +155,9 @@ def baseline_findings(runs):
         out.append(dict(name=name, machine=BASELINE_MACHINE, chosen_on=chosen,
                         n=n, planned=plan, interim=bool(result) and short,
                         status=status, result=result,
-                        ramp=ramp_sentence(result) if result and not short
-                        and sel["kind"] == "ramp" else None,
+                        ramp=ramp_sentence(result, sel["variant"] is None)
+                        if result and not short and sel["kind"] == "ramp"
+                        else None,
                         rule=long_rule(here, a, None if out[0]["interim"]
                                        else out[0]["result"], sel)
                         if sel["epochs"] == 36 else None))
@@ -158,12 +183,12 @@ def baseline_lines(found):
         parts = [f"final accuracy {res['a']['mean']:.4f} vs "
                  f"{res['b']['mean']:.4f}, difference "
                  f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
-                 f"**{acc['verdict']}**"]
+                 f"**{acc['verdict']}**{show.holm_mark(acc)}"]
         for t in TARGETS:
             x = res["targets"][t]
             parts.append(
                 f"{show.target(t)}: updates ratio {show.interval(*x['ratio'], 3)} "
-                f"**{x['verdict']}** (reached {x['a_reached']}/{f['n'][0]} "
+                f"**{x['verdict']}**{show.holm_mark(x)} (reached {x['a_reached']}/{f['n'][0]} "
                 f"vs {x['b_reached']}/{f['n'][1]}; among those, "
                 f"{show.interval(*x['reaching_ratio'], 3)})")
         lines.append(head + f"; {f['chosen_on']}): " + "; ".join(parts) + "."

@@ -151,12 +151,12 @@ def depth_finding_lines(found):
             f"sweep's best on seed {plans.DEPTH_CHOOSE[0]}): final accuracy "
             f"{res['a']['mean']:.4f} vs {res['b']['mean']:.4f}, difference "
             f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
-            f"**{acc['verdict']}**; 0.90 reached {x['a_reached']}/{f['n'][0]}"
+            f"**{acc['verdict']}**{show.holm_mark(acc)}; 0.90 reached {x['a_reached']}/{f['n'][0]}"
             f" vs {x['b_reached']}/{f['n'][1]} (Fisher p = {x['fisher_p']:.3f})"
             f", median updates {show.interval(*x['a_median'])} vs "
             f"{show.interval(*x['b_median'])}, ratio "
             f"{show.interval(*x['ratio'], 3)} "
-            f"**{x['verdict']}**{_few(f['n'])}.")
+            f"**{x['verdict']}**{show.holm_mark(x)}{_few(f['n'])}.")
     if found["machine"]:
         lines.append(f"  - Machine kind: {where}.")
     d = found["default"]

@@ -140,7 +140,7 @@ def finding_lines(found, brief=False, targets=TARGETS):
                 f"{b['n']}): final accuracy {a['mean']:.4f} vs {b['mean']:.4f},"
                 f" difference "
                 f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)}"
-                f" **{acc['verdict']}**")
+                f" **{acc['verdict']}**{show.holm_mark(acc)}")
         per = []
         for t in targets:
             x = res["targets"][t]
@@ -151,7 +151,7 @@ def finding_lines(found, brief=False, targets=TARGETS):
                 f"{x['b_reached']}/{b['n']} (Fisher p = {x['fisher_p']:.3f}), "
                 f"median updates {show.interval(*x['a_median'])} vs "
                 f"{show.interval(*x['b_median'])}, ratio "
-                f"{show.interval(*x['ratio'], 3)} **{x['verdict']}** (among "
+                f"{show.interval(*x['ratio'], 3)} **{x['verdict']}**{show.holm_mark(x)} (among "
                 f"the seeds that reach it: "
                 f"{show.interval(*x['reaching_ratio'], 3)})")
         if brief:

@@ -202,18 +202,39 @@ def schedule_of(batch_per_epoch):
     return ",".join(f"{e}:{b}" for e, b in steps)
 
 
-def ramp(schedule, rate, seeds, epochs=24, optimizer="sgd"):
+def batch_steps(schedule):
+    """[(epoch, batch), ...] of a `--batch_schedule` text."""
+    return [tuple(map(int, step.split(":"))) for step in schedule.split(",")]
+
+
+def ramp(schedule, rate, seeds, epochs=24, optimizer="sgd", variant=None):
     """The grown batch's start and rate rule without its measurements:
     `--adaptive_batch=schedule` from 128 at `rate` (2 micro-batches of 64)
     along `schedule`, the rate linear in the batch (the defaults' rule for
-    SGD), the recipe's warmup of the small batch as the grown runs have."""
+    SGD), the recipe's warmup of the small batch as the grown runs have;
+    `variant` names a ramp other than `RAMP_SCHEDULE`."""
     warmup = recipe.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
     flags = dict(adaptive_batch="schedule", batch_schedule=schedule,
                  adaptive_learning_rate="linear",
                  gradient_accumulation_steps=2)
+    extra = {"variant": variant} if variant else {}
     return [dict(kind="ramp", phase="ramp", optimizer=optimizer,
                  batch=SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
-                 warmup_epochs=warmup, flags=flags) for seed in seeds]
+                 warmup_epochs=warmup, flags=flags, **extra)
+            for seed in seeds]
+
+
+def megatron_ramp(start, increment, end, ramp_samples, epoch_samples, epochs):
+    """`--batch_schedule` of Megatron-LM's `--rampup-batch-size start
+    increment ramp_samples` (`end` the global batch), read where the
+    adaptive batch decides, at each epoch's start: after `s` samples the
+    batch is `start + increment * floor(s / (ramp_samples / n))`, `n =
+    (end - start) / increment` increments, at most `end` (in integers:
+    `s * n // ramp_samples`, exact where a float division is not)."""
+    n = (end - start) // increment
+    batches = [min(end, start + increment * (
+        e * epoch_samples * n // ramp_samples)) for e in range(epochs)]
+    return schedule_of(batches)
 
 
 # The grown batch against fair baselines (issue 51), on the decisive seeds
@@ -243,6 +264,28 @@ BASELINES = Plan(
         ramp(RAMP_SCHEDULE, 0.4, [seed]) + fixed(512, 1.6, [seed])
         + (fixed(1024, 0.8, [seed], epochs=36)
            if seed in BASELINE_LONG_SEEDS else []))),
+    compared=True)
+
+# Ramps written without peeking (issue 60): schedules fixed from their
+# shape alone, before any run of theirs, not read from the grown runs;
+# against the same defaults on the decisive seeds and machine kind. A
+# linear ramp from 128 to 1,024 over the first quarter of the samples
+# (Megatron-LM's `--rampup-batch-size 128 128 360000`, read at epoch
+# starts: 0:128,1:256,2:384,3:512,4:640,5:768,6:1024), and doubling 128 ->
+# 256 -> 512 -> 1,024 at epochs 2, 4 and 6. Rate 0.4 at 128, linear in the
+# batch, as the grown defaults.
+FASHION_TRAIN = 60000
+LINEAR_RAMP = megatron_ramp(SMALL_BATCH, SMALL_BATCH, 1024,
+                            24 * FASHION_TRAIN // 4, FASHION_TRAIN, 24)
+DOUBLING_RAMP = "0:128,2:256,4:512,6:1024"
+UNPEEKED_RAMPS = {"linear_ramp": LINEAR_RAMP, "doubling": DOUBLING_RAMP}
+RAMPS = Plan(
+    "ramps", "batch_scaling_study",
+    "Ramps written without the noise scale (linear over a quarter of the "
+    "samples; doubling at epochs 2, 4, 6) against the defaults, seeds "
+    "100-109",
+    tuple(s for seed in DECISIVE_SEEDS for v, sched in UNPEEKED_RAMPS.items()
+          for s in ramp(sched, 0.4, [seed], variant=v)),
     compared=True)
 
 # LARS against SGD at 4,096 (32 x 128) on ResNet-8 w4, one seed per rate
@@ -406,15 +449,17 @@ def momentum_best(runs, kind):
 
     def rank(key):
         r = by[key]
-        return (stats.updates_to(points(r), 0.90), -r["val_accuracy"])
+        to = stats.updates_to(points(r), 0.90)
+        return (math.inf if to is None else to, -r["val_accuracy"])
 
-    best = min(by, key=rank)
+    key = min(by, key=rank)
+    best = (by[key]["warmup_epochs"], by[key]["rate"])
     warmup, rate = best
-    rates = sorted(x for w, x in by if w == warmup)
+    rates = sorted(x for w, x in by if w == key[0])
     low, high = MOMENTUM_RATES[0], MOMENTUM_RATES[-1]
-    if rate == rates[0] and rate > low / 2 ** DEPTH_EXTEND:
+    if key[1] == rates[0] and rate > low / 2 ** DEPTH_EXTEND:
         return best, (warmup, rate / 2)
-    if rate == rates[-1] and rate < high * 2 ** DEPTH_EXTEND:
+    if key[1] == rates[-1] and rate < high * 2 ** DEPTH_EXTEND:
         return best, (warmup, rate * 2)
     return best, None
 
@@ -559,7 +604,7 @@ GPU_SMOKE = Plan("gpu_smoke", "gpu_campaign_smoke",
                  "The GPU check's smoke: its tasks at tiny sizes",
                  gpu_check.specs(smoke=True))
 
-PLANS = {p.name: p for p in (SCALING, DECISIVE, BASELINES, LARS_VS_SGD,
+PLANS = {p.name: p for p in (SCALING, DECISIVE, BASELINES, RAMPS, LARS_VS_SGD,
                              DEPTH, DEPTH_REDUCED, MOMENTUM, PROBES, SMOKE,
                              BACKEND_SPEED, KILL_RUNS, GPU_CHECK, GPU_SMOKE)}
 

@@ -45,6 +45,8 @@ def arm(runs, name, targets=TARGETS, **where):
         name=name, machine=" + ".join(sorted(machines)) or "none",
         seeds=tuple(r["seed"] for r in chosen),
         final=tuple(r["val_accuracy"] for r in chosen),
+        commits=tuple((r.get("code") or {}).get("commit") or ""
+                      for r in chosen),
         updates_to={t: tuple(stats.updates_to(plans.points(r), t) for r in chosen)
                     for t in targets})
 

@@ -18,3 +18,9 @@ def interval(v, lo, hi, digits=0):
 
 def target(t):
     return f"{t:.2f}" if round(t, 2) == t else f"{t:.3f}"
+
+
+def holm_mark(verdict):
+    """' †' after a verdict (a result's dict) that a Holm correction over
+    the page's verdicts would undo (`audit.audit_lines`), else ''."""
+    return " †" if verdict.get("holm") is False else ""

@@ -10,6 +10,7 @@ word is derived from an interval, never typed.
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 from scipy import stats as sps
@@ -46,6 +47,8 @@ class Arm:
     seeds: tuple
     final: tuple
     updates_to: dict  # target -> tuple of updates (None: never)
+    # Each run's commit ("" where its record names none, before 2026-11-29).
+    commits: tuple = ()
 
     def __post_init__(self):
         for i, seed in enumerate(self.seeds):
@@ -101,12 +104,53 @@ def ratio_of_medians(a_values, b_values, draws=20000, rng_seed=0, level=0.95):
                          np.array([median(b_values)]))[0])
     if min(len(a_values), len(b_values)) == 1:
         return point, 0.0, math.inf
+    lo, hi = np.quantile(_ratio_draws(a_values, b_values, draws, rng_seed),
+                         [(1 - level) / 2, (1 + level) / 2],
+                         method="inverted_cdf")
+    return point, float(lo), float(hi)
+
+
+def _ratio_draws(a_values, b_values, draws, rng_seed):
     rng = np.random.default_rng(rng_seed)
     ma = np.median(_draws(a_values, draws, rng), axis=1)
     mb = np.median(_draws(b_values, draws, rng), axis=1)
-    lo, hi = np.quantile(_ratio(ma, mb), [(1 - level) / 2, (1 + level) / 2],
-                         method="inverted_cdf")
-    return point, float(lo), float(hi)
+    return _ratio(ma, mb)
+
+
+def ratio_p(a_values, b_values, draws=20000, rng_seed=0):
+    """The two-sided bootstrap p of median(a) / median(b) = 1, from the
+    draws of `ratio_of_medians` (the same seed, the same draws): twice the
+    smaller share of draws at or beyond 1 on either side, at most 1 (a tie
+    at 1 counts on both sides). 1.0 when an arm has fewer than 2 values."""
+    if min(len(a_values), len(b_values)) < 2:
+        return 1.0
+    r = _ratio_draws(a_values, b_values, draws, rng_seed)
+    return float(min(1.0, 2 * min(np.mean(r >= 1), np.mean(r <= 1))))
+
+
+def welch_p(a, b):
+    """The two-sided p of Welch's t test of mean(a) = mean(b) (1.0 with an
+    arm of one value; 0 or 1 when both arms are constant)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    if a.var(ddof=1) + b.var(ddof=1) == 0:
+        return 1.0 if a.mean() == b.mean() else 0.0
+    with warnings.catch_warnings():  # Near-equal arms: scipy's precision note.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(sps.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def holm(ps, alpha=0.05):
+    """Holm's step-down over the p-values `ps`: a list of bools, True where
+    the hypothesis is rejected at family-wise level `alpha`."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    keep = [False] * len(ps)
+    for rank, i in enumerate(order):
+        if ps[i] > alpha / (len(ps) - rank):
+            break
+        keep[i] = True
+    return keep
 
 
 def reaching(values):
@@ -210,15 +254,18 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
     that decide most), verdict ('lower' better; "cannot tell" below
     `MIN_SEEDS` seeds in an arm), fisher_p (one direction only: that a
     reaches it more often than b)}. Arms on different machines are refused
-    unless `pooled_ok`."""
+    unless `pooled_ok`. "accuracy" and each target also give `p` (Welch's,
+    the bootstrap's: `welch_p`, `ratio_p`) for a correction over the page's
+    verdicts (`holm`); "commits": the commits each arm's runs ran."""
     if a.machine != b.machine and not pooled_ok:
         raise ValueError(f"arms on different machines: `{a.name}` on "
                          f"{a.machine}, `{b.name}` on {b.machine} (pool them "
                          "only after same_machine_test: pooled_ok=True)")
     diff, lo, hi = mean_difference(a.final, b.final)
     out = dict(a=_describe(a, targets), b=_describe(b, targets), accuracy=dict(
-        diff=diff, low=lo, high=hi, verdict=verdict(lo, hi, "higher", 0.0)),
-        targets={})
+        diff=diff, low=lo, high=hi, verdict=verdict(lo, hi, "higher", 0.0),
+        p=welch_p(a.final, b.final)), targets={},
+        commits=dict(a=sorted(set(a.commits)), b=sorted(set(b.commits))))
     for t in targets:
         ua, ub = a.updates_to[t], b.updates_to[t]
         ra = sum(v is not None for v in ua)
@@ -232,5 +279,6 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
             b_median=bootstrap_median(ub, draws, rng_seed),
             ratio=ratio, verdict=verdict(ratio[1], ratio[2], "lower", 1.0)
             if min(len(ua), len(ub)) >= MIN_SEEDS else "cannot tell",
+            p=ratio_p(ua, ub, draws, rng_seed),
             fisher_p=fisher_one_sided(ra, len(ua), rb, len(ub)))
     return out

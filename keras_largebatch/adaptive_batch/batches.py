@@ -1,9 +1,10 @@
 """The batches the adaptive batch may take, and the checks of its settings.
 
-An update batch is `batch_size * k0 * 2**j`: micro-batches of `batch_size`
-examples (all replicas), `k0` of them per update as compiled
-(`gradient_accumulation_steps`), times a power of 2, so that each switch
-of k falls where an update of both the old and the new k ends.
+An update batch is k micro-batches of `batch_size` examples (all
+replicas): the policies without a schedule take `k0 * 2**j`, `k0` the
+compiled `gradient_accumulation_steps`; a schedule may name any multiple
+of `batch_size` from `batch_size * k0` on (a linear ramp). Each switch of
+k falls where an update of both the old and the new k ends.
 
 `AdaptiveBatch` and the command's flags check their settings here, once:
 `resolve` what the arguments alone decide, `check_compiled` what needs
@@ -122,7 +123,9 @@ def resolve(settings, names=ARGUMENTS):
 def check_compiled(settings, k0, names=ARGUMENTS):
     """The largest update batch of `settings` (resolved) under `k0`
     micro-batches per update as compiled, checked: `k0 >= 2`, room for
-    the first batch, a schedule of `batch_size * k0 * 2**j`."""
+    the first batch, a schedule's batches at least `batch_size * k0` (any
+    multiple of `batch_size`: a switch waits for a micro-batch where an
+    update of both ks ends, `in_effect.micro_batches_to_switch`)."""
     s, n = settings, names
     n.require(_is_int(k0) and k0 >= 2, "gradient_accumulation_steps", k0,
               "an int >= 2 (the batch grows by accumulating more "
@@ -133,15 +136,19 @@ def check_compiled(settings, k0, names=ARGUMENTS):
     n.require(largest >= first, "max_batch_size", largest,
               f">= the first batch, {first} = {start} x "
               f"{n['start_multiple']}")
-    n.require(grows_by_powers_of_2(s.schedule or (), start), "schedule",
-              s.schedule, f"batches of {start} times a power of 2 ({start}, "
-              f"{start * 2}, ...)")
+    n.require(all(batch >= start for _, batch in s.schedule or ()),
+              "schedule", s.schedule, f"batches of at least {start} "
+              f"({n['batch_size']} x the compiled "
+              f"{n['gradient_accumulation_steps']})")
     return largest
 
 
-def largest_accumulation_steps(batch_size, k0, max_batch_size):
-    """The largest k of `k0 * 2**j` whose batch is at most
-    `max_batch_size`."""
+def largest_accumulation_steps(batch_size, k0, max_batch_size,
+                               any_multiple=False):
+    """The largest k whose batch is at most `max_batch_size`: among
+    `k0 * 2**j`, or with `any_multiple` (a schedule's) among all ints."""
+    if any_multiple:
+        return max_batch_size // batch_size
     return k0 * 2 ** int(math.log2(max_batch_size // (batch_size * k0)))
 
 
@@ -168,12 +175,6 @@ def _check_schedule(schedule, settings, names):
 def epochs_increase(schedule):
     """Whether the epochs of `[(epoch, batch), ...]` strictly increase."""
     return all(a[0] < b[0] for a, b in zip(schedule, schedule[1:]))
-
-
-def grows_by_powers_of_2(schedule, start):
-    """Whether every batch of `[(epoch, batch), ...]` is `start * 2**j`."""
-    return all(batch % start == 0 and is_power_of_2(batch // start)
-               for _, batch in schedule)
 
 
 def is_power_of_2(n):

@@ -98,7 +98,8 @@ class AdaptiveBatch(keras.callbacks.Callback):
             to `4.0` (`defaults.NOISE_SCALE_MULTIPLE`).
         schedule: For `"schedule"` only: a list of `(epoch, batch)`, epochs
             increasing from 0, batches non-decreasing multiples of
-            `batch_size` (each `batch_size * k0` times a power of 2).
+            `batch_size`, at least `batch_size * k0` (any multiple: a
+            linear ramp, as Megatron-LM's `--rampup-batch-size`).
         learning_rate_rule: A name in `rules.RULES`: `"auto"` (the default,
             `defaults.LEARNING_RATE_RULE`), `"sqrt"`, `"unchanged"`,
             `"adascale"` or `"linear"`.
@@ -231,7 +232,7 @@ class AdaptiveBatch(keras.callbacks.Callback):
         policy = policies.POLICIES[self.policy]
         k0 = self.state.initial_accumulation_steps
         largest = batches.largest_accumulation_steps(
-            self.batch_size, k0, self.max_batch_size)
+            self.batch_size, k0, self.max_batch_size, policy.takes_schedule)
         b_simple = (self._b_simple() if policy.reads_noise_scale
                     else float("nan"))
         k = policy.accumulation_steps(policies.Inputs(

@@ -15,6 +15,8 @@ below), because that wrapper is what every checkpoint holds:
   the factor scales).
 """
 
+import math
+
 import keras
 from keras import ops
 
@@ -73,9 +75,10 @@ def ask(state, k, shrink=False):
 
 def micro_batches_to_switch(state, counter):
     """How many micro-batches, from the micro-batch `counter`, before the
-    pending k can start (0: now): the update in progress ends first (both
-    are `k0 * 2**j`, so the larger one is a multiple of both)."""
-    return -counter % max(state.pending_accumulation_steps, steps(state))
+    pending k can start (0: now): at a multiple of both ks, where the
+    update in progress ends and one of the new k begins (for `k0 * 2**j`,
+    the larger k; for a schedule's other multiples, their lcm)."""
+    return -counter % math.lcm(state.pending_accumulation_steps, steps(state))
 
 
 def put_into_effect(state, k, factor):

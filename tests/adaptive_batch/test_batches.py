@@ -63,8 +63,8 @@ def test_bad_argument_is_named_with_its_value(kwargs, shown):
     [
         (None, {"max_batch_size": 64}, "gradient_accumulation_steps=None"),
         (4, {"max_batch_size": 16}, "max_batch_size=16"),
-        (2, {"policy": "schedule", "schedule": [(1, 48)]},
-         "schedule=[(1, 48)]"),
+        (2, {"policy": "schedule", "schedule": [(1, 8), (2, 32)]},
+         "schedule=[(1, 8), (2, 32)]"),
     ],
 )
 def test_fit_refuses_what_the_compiled_optimizer_cannot_grow(k, kwargs,

@@ -92,6 +92,24 @@ def test_switch_waits_for_a_micro_batch_index_that_new_k_divides(policy):
         0.05 * 0.5 ** (18 / 6), rtol=1e-6)
 
 
+def test_a_ramp_of_any_multiples_switches_where_both_ks_end_an_update():
+    # A linear ramp's k = 4 -> 6: at epoch 3's start the counter is 18, inside
+    # an update of k = 4 (16-19); k = 6 starts at 24, the first index both
+    # divide (lcm 12), so no gradient is dropped or mis-averaged.
+    x, y, w, model = decaying_sgd_problem()
+    callback = klb.AdaptiveBatch(8, policy="schedule",
+                                 schedule=[(1, 32), (3, 48)],
+                                 learning_rate_rule="unchanged")
+    history = fit(model, x, y, callback, epochs=5, batch=8, shuffle=False)
+    assert history["global_batch_size"] == [16, 32, 32, 32, 48]
+    expected, updates = reference(
+        np.tile(x, (5, 1)), np.tile(y, (5, 1)), w, 8,
+        lambda i: 0.05 * 0.5 ** (i / 6),
+        lambda i: 2 if i < 8 else 4 if i < 24 else 6)
+    assert history["updates"][-1] == updates
+    np.testing.assert_allclose(model.get_weights()[0], expected, rtol=1e-5)
+
+
 def _save_by_position(self, store):
     """`NoiseScaleOptimizer.save_own_variables` before the keyed store."""
     for i, variable in enumerate(self._variables):

@@ -17,6 +17,7 @@ from bench.study import baselines
 from bench.study import depth
 from bench.study import findings
 from bench.study import plans
+from bench.study import recheck
 from bench.study import runner
 from bench.study import selection
 from keras_largebatch.train import data
@@ -292,6 +293,20 @@ def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                            cwd=tmp_path, env=bench.environ())
     assert again.returncode == 0 and "start" not in again.stdout
+    # Its first epoch again at this code, compared with the record: the same
+    # machine and code give the same numbers, bit for bit.
+    key = next(runner.run_key(r) for r in runs if r["kind"] == "fixed")
+    spec, fixed = recheck.find(plans.SMOKE, key, str(results))
+    assert fixed["code"]["versions"]["keras"]
+    rows = recheck.rerun(spec, fixed, 1, str(tmp_path / "again"),
+                         env=bench.environ())
+    compared = recheck.compare(fixed, rows)
+    assert [c["field"] for c in compared] == ["val_accuracy", "val_loss", "loss"]
+    assert recheck.lines(fixed, compared)[-1] == (
+        "identical to the record, epoch by epoch")
+    # The same folder again would resume, not rerun: refused.
+    with pytest.raises(ValueError, match="would be resumed"):
+        recheck.rerun(spec, fixed, 1, str(tmp_path / "again"))
 
 
 def test_a_program_spec_runs_its_module_and_records_its_result(
@@ -426,7 +441,7 @@ def test_a_baseline_short_of_its_plan_is_interim_with_no_verdict():
     assert "n = 10 vs 3 of 10 planned: interim" in line
     assert "ahead" not in line and "cannot tell" not in line
     # The 36-epoch arm plans 10 seeds since its first 5 changed a verdict.
-    assert [f["planned"][1] for f in found] == [10, 10, 10, 10]
+    assert [f["planned"][1] for f in found] == [10] * 6
 
 
 def _fixed_1024(updates, epochs):
@@ -461,7 +476,7 @@ def test_the_36_epoch_arm_says_whether_its_first_seeds_change_a_verdict():
         base + _fixed_1024(spread, 36)[:4])[3]["rule"] is None
 
 
-def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
+def test_the_ramp_finding_says_they_could_not_be_told_apart_without_verdict():
     spread = [500.0 + 40 * i for i in range(10)]
     found = baselines.baseline_findings(_defaults(spread) + _ramp(spread[::-1]))
     ramp = found[1]
@@ -470,14 +485,16 @@ def test_the_ramp_finding_says_it_matches_when_no_interval_decides():
     assert {res["targets"][t]["verdict"] for t in selection.TARGETS} == {
         "cannot tell"}
     assert res["accuracy"]["verdict"] == "cannot tell"
-    assert ramp["ramp"].startswith("The fixed ramp matches the grown batch")
+    assert ramp["ramp"].startswith("The grown batch and this ramp could not "
+                                   "be told apart")
+    assert "replaying the noise scale's output works" in ramp["ramp"]
     line = baselines.baseline_lines(found)[1]
     assert "among those" in line and line.endswith(ramp["ramp"])
     # A ramp that needs twice the updates: the grown batch ahead there.
     slow = baselines.baseline_findings(
         _defaults(spread) + _ramp([2 * u for u in spread]))[1]
-    assert slow["ramp"].startswith("The grown batch is ahead of the fixed "
-                                   "ramp on 0.88, 0.89, 0.90, 0.905")
+    assert slow["ramp"] == ("The grown batch is ahead of this ramp on "
+                            "0.88, 0.89, 0.90, 0.905.")
     assert "final accuracy" not in slow["ramp"]
     # Other machine kinds' runs never enter the baselines.
     moved = [dict(r, kind_of_machine="CPU VM / JAX")

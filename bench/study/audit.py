@@ -1,0 +1,87 @@
+"""What the page's verdicts rest on: how many it computes, which of its
+"ahead" / "behind" would not survive a Holm correction over all of them,
+and which comparisons set runs of different commits against each other
+(issue 60)."""
+
+from bench.study import show
+from bench.study import stats
+
+ALPHA = 0.05
+
+
+def verdicts(baselines, pairs, found):
+    """[(label, verdict, commits)] of every verdict the page's comparisons
+    derive from an interval (`baselines`, the depth and momentum `pairs`,
+    the earlier comparisons `found`): final accuracy (Welch) and, with
+    `stats.MIN_SEEDS` seeds an arm, updates to each target (bootstrap); not
+    an interim arm's, nor one a measuring seed chose the rate of. `verdict`
+    is the result's own dict ("verdict", "p"), which `audit_lines` marks;
+    `commits` the comparison's {"a": [...], "b": [...]}."""
+    out = []
+
+    def add(claim, result):
+        n = (result["a"]["n"], result["b"]["n"])
+        acc, commits = result["accuracy"], result["commits"]
+        out.append((f"{claim}: final accuracy", acc, commits))
+        if min(n) >= stats.MIN_SEEDS:
+            for t, x in result["targets"].items():
+                out.append((f"{claim}: updates to {show.target(t)}", x,
+                            commits))
+
+    for f in baselines:
+        if f["result"] and not f["interim"]:
+            add(f"the defaults against {f['name']}", f["result"])
+    for f in pairs:
+        if f["result"] and not f["status"]:
+            add(f["claim"], f["result"])
+    for f in found:
+        if not f["result"]["accuracy"]["verdict"].startswith("cannot tell ("):
+            add(f"{f['claim']} ({f['machine']})", f["result"])
+    return out
+
+
+def audit_lines(entries, alpha=ALPHA):
+    """The count of `entries` (`verdicts`), the decided ones a Holm
+    correction over all of them at family-wise `alpha` would undo (each
+    such verdict's dict gets `holm: False`, which `show.holm_mark` shows
+    where the page states it; a surviving one `holm: True`), and the
+    comparisons whose arms ran different commits."""
+    keep = stats.holm([v["p"] for _, v, _ in entries], alpha)
+    decided = [(e, k) for e, k in zip(entries, keep)
+               if e[1]["verdict"] in ("ahead", "behind")]
+    for (_, v, _), k in decided:
+        v["holm"] = k
+    lost = [e for e, k in decided if not k]
+    line = (f"- **How many verdicts:** the comparisons of this page compute "
+            f"{len(entries)} verdicts from intervals (final accuracy: "
+            f"Welch; updates to a target: the bootstrap, from "
+            f"{stats.MIN_SEEDS} seeds an arm; the floor's line is not "
+            f"counted); {len(decided)} say ahead or behind. Under a Holm "
+            f"correction over all {len(entries)} at a family-wise "
+            f"{alpha:.0%}, ")
+    if not lost:
+        line += "every one of them survives."
+    else:
+        line += (f"{len(lost)} would not survive (marked † where the page "
+                 "states them; each stands on its own 95% interval only): "
+                 + "; ".join(f"{label} ({v['verdict']}, p = {v['p']:.3g})"
+                             for label, v, _ in lost) + ".")
+    lines = [line]
+    mixed, unnamed = [], 0
+    for label, _, commits in entries:
+        if not label.endswith(": final accuracy"):
+            continue
+        named = set(commits["a"] + commits["b"])
+        if "" in named:
+            unnamed += 1
+        if len(named - {""}) > 1:
+            mixed.append(label.removesuffix(": final accuracy"))
+    compared = sum(e[0].endswith(": final accuracy") for e in entries)
+    lines.append(
+        f"- **Code:** of the {compared} comparisons, {unnamed} hold runs whose records name no commit "
+        "(recorded before 2026-11-29, when records began to stamp theirs)"
+        + (f"; the arms of {len(mixed)} ran different commits: "
+           + "; ".join(mixed) if mixed else
+           "; none sets runs of different named commits against each "
+           "other") + ".")
+    return lines

@@ -1,0 +1,104 @@
+"""Momentum tuned as LARS was (issue 60, `plans.MOMENTUM`): Nesterov SGD
+swept at two warmups on the choosing seed, its best against LARSMixed and
+LAMBMixed at their measured bests on seeds 101-105, on one machine kind."""
+
+from bench.study import plans
+from bench.study import show
+from bench.study import stats
+from bench.study.depth import DEPTH_NAME
+from bench.study.depth import DEPTH_TARGETS
+from bench.study.depth import DEPTH_WORKLOAD
+from bench.study.selection import arm
+from bench.study.selection import shortfall
+
+NAMES = {"nesterov": "Nesterov SGD", "lars_mixed": "LARSMixed",
+         "lamb_mixed": "LAMBMixed"}
+PAIRS = (("lars_mixed", "nesterov"), ("lamb_mixed", "nesterov"))
+
+
+def _sweep(runs):
+    return [r for r in runs if str(r.get("variant", "")).startswith("nesterov")
+            and r["seed"] in plans.DEPTH_CHOOSE]
+
+
+def momentum_machine(runs):
+    """The machine kind holding the most runs of the Nesterov sweep (the
+    kind its best is chosen on, and the arms measured on); None before
+    any."""
+    kinds = [r["kind_of_machine"] for r in _sweep(runs)]
+    return max(sorted(set(kinds)), key=kinds.count) if kinds else None
+
+
+def momentum_findings(runs):
+    """{machine, swept (runs of the sweep on that kind), best ((warmup,
+    rate) or None), extending_to, arms {name: n, seeds}, pairs [{claim, a,
+    b, n, status, result}]}: each layer-wise optimizer at its measured best
+    rate (`plans.LAYERWISE_BEST`) against Nesterov SGD at its sweep's best,
+    on `plans.MOMENTUM_MEASURE` of one kind."""
+    kind = momentum_machine(runs)
+    here = [r for r in runs if r["kind_of_machine"] == kind]
+    best, beyond = plans.momentum_best(here, kind) if kind else (None, None)
+    seeds = plans.MOMENTUM_MEASURE
+    common = dict(workload=DEPTH_WORKLOAD, batch=plans.MOMENTUM_BATCH,
+                  epochs=plans.DEPTH_EPOCHS, seeds=seeds)
+    arms = {o: arm(here, NAMES[o], DEPTH_TARGETS, optimizer=o, rate=rate,
+                   variant=None, **common)
+            for o, rate in plans.LAYERWISE_BEST.items()}
+    arms["nesterov"] = arm(
+        here, NAMES["nesterov"], DEPTH_TARGETS, optimizer="sgd",
+        rate=best[1] if best else -1,
+        variant=f"nesterov_w{best[0]:.3g}" if best else "-", **common)
+    pairs = []
+    for a, b in PAIRS:
+        n = (len(arms[a].seeds), len(arms[b].seeds))
+        status = shortfall(*n)
+        if best is None:
+            status = (f"not run yet: the sweep on seed "
+                      f"{plans.DEPTH_CHOOSE[0]} has {len(_sweep(here))} of "
+                      f"{len(plans.MOMENTUM_RATES) * 2} runs")
+        elif beyond is not None:
+            status = (f"not run yet: the sweep's best, {best[1]:g}, lies at "
+                      f"its edge; {beyond[1]:g} runs first")
+        pairs.append(dict(
+            claim=f"{NAMES[a]} against {NAMES[b]}, {DEPTH_NAME} at "
+                  f"{plans.MOMENTUM_BATCH:,}", a=a, b=b, n=n, status=status,
+            result=None if status else stats.compare(
+                arms[a], arms[b], DEPTH_TARGETS)))
+    return dict(machine=kind, swept=len(_sweep(here)), best=best,
+                extending_to=beyond,
+                arms={k: dict(n=len(v.seeds), seeds=list(v.seeds))
+                      for k, v in arms.items()}, pairs=pairs)
+
+
+def momentum_lines(found):
+    """One line a pair: final accuracy (Welch) and updates to 0.90
+    (bootstrap), with verdicts; the sweep's best first."""
+    seeds = plans.MOMENTUM_MEASURE
+    best = found["best"]
+    lines = [f"- **Nesterov SGD tuned as LARS was** ({DEPTH_NAME} at "
+             f"{plans.MOMENTUM_BATCH:,}, {plans.DEPTH_EPOCHS} epochs; rates "
+             f"{', '.join(f'{x:g}' for x in plans.MOMENTUM_RATES)} at warmups "
+             f"{', '.join(f'{w:.3g}' for w in plans.MOMENTUM_WARMUPS)} epochs "
+             f"on seed {plans.DEPTH_CHOOSE[0]}; "
+             f"{found['machine'] or 'no machine yet'}): "
+             + (f"{found['swept']} runs of the sweep so far." if best is None
+                else f"best rate {best[1]:g} at warmup {best[0]:.3g} epochs"
+                + (f", at the sweep's edge ({found['extending_to'][1]:g} "
+                   "runs next)." if found["extending_to"] else "."))]
+    for f in found["pairs"]:
+        head = (f"- **{f['claim']}** (seeds {seeds[0]}–{seeds[-1]}; "
+                f"n = {f['n'][0]} vs {f['n'][1]}")
+        if f["status"]:
+            lines.append(head + f"): {f['status']}.")
+            continue
+        res, acc = f["result"], f["result"]["accuracy"]
+        x = res["targets"][0.90]
+        lines.append(
+            head + f"): final accuracy {res['a']['mean']:.4f} vs "
+            f"{res['b']['mean']:.4f}, difference "
+            f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
+            f"**{acc['verdict']}**{show.holm_mark(acc)}; 0.90 reached "
+            f"{x['a_reached']}/{f['n'][0]} vs {x['b_reached']}/{f['n'][1]}, "
+            f"updates ratio {show.interval(*x['ratio'], 3)} "
+            f"**{x['verdict']}**{show.holm_mark(x)}.")
+    return lines

@@ -1,0 +1,118 @@
+"""A recorded run's first epochs again, at the code checked out now, compared
+epoch by epoch with its record (issue 60): does a record still describe
+what this code does?
+
+    python -m bench.study recheck depth 'resnet20_w16|fixed|lars_mixed|12|4096|5|101' --epochs 2
+
+The run's own command line (`runner.command_line` of its plan's spec) runs in a
+fresh folder until its `history.csv` holds `--epochs` rows, then is
+stopped: the schedule is the recorded run's, not one of fewer epochs.
+Bit-identical reruns hold on one machine kind and backend (not across CPU
+models), so the rows also give the record's machine and commit."""
+
+import csv
+import math
+import os
+import subprocess
+import time
+
+from bench.study import runner
+
+
+def find(plan, key, results=runner.RESULTS):
+    """(spec, run): the spec of `plan` (a `plans.Plan`) whose
+    `runner.run_key` is `key`, and its run in the plan's record; a
+    `ValueError` naming the key when either is missing. The command line
+    comes from the spec (a record's `evals` holds the evaluations, not the
+    spec's count)."""
+    runs = runner.load(plan.path(results))
+    run = next((r for r in runs if runner.run_key(r) == key), None)
+    spec = next((s for s in plan.all_specs(runs)
+                 if runner.run_key(s) == key), None)
+    if run is None or spec is None:
+        raise ValueError(f"no recorded run `{key}` of the plan `{plan.name}` "
+                         f"in {plan.path(results)}. Received: key={key!r}")
+    return spec, run
+
+
+def _rows(directory):
+    path = os.path.join(directory, "history.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
+    """The first `epochs` rows of `history.csv` of `spec` run again under
+    `work_dir` (a fresh folder: an old one would be resumed) on the
+    backend of its record `run`; the process is stopped once they are
+    written."""
+    directory = runner.model_dir(spec, work_dir)
+    if os.path.exists(os.path.join(directory, "history.csv")):
+        raise ValueError(f"`work_dir` already holds this run: {directory} "
+                         "would be resumed, not rerun. Received: "
+                         f"work_dir={work_dir!r}")
+    os.makedirs(directory, exist_ok=True)
+    own = dict(os.environ if env is None else env)
+    backend = spec.get("run_backend") or run.get("backend")
+    if backend:
+        own["KERAS_BACKEND"] = backend
+    start = time.monotonic()
+    with open(os.path.join(directory, "stderr.txt"), "w") as err:
+        proc = subprocess.Popen(runner.process_command(spec, work_dir),
+                                stdout=subprocess.DEVNULL, stderr=err, env=own)
+    try:
+        while len(_rows(directory)) < epochs and proc.poll() is None:
+            if timeout and time.monotonic() - start > timeout:
+                break
+            time.sleep(poll)
+    finally:
+        if proc.poll() is None:
+            runner._stop(proc, False)
+    rows = _rows(directory)[:epochs]
+    if len(rows) < epochs:
+        with open(os.path.join(directory, "stderr.txt")) as f:
+            said = (f.read().strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"the rerun wrote {len(rows)} of {epochs} epochs: "
+                           f"{said}")
+    return rows
+
+
+def compare(run, rows):
+    """[{epoch, field, recorded, now, difference}] of the validation
+    accuracy and loss and the training loss of each epoch of `rows`."""
+    fields = (("val_accuracy", "val_accuracy_per_epoch"),
+              ("val_loss", "val_loss_per_epoch"),
+              ("loss", "train_loss_per_epoch"))
+    out = []
+    for epoch, row in enumerate(rows):
+        for column, recorded in fields:
+            old, new = run[recorded][epoch], float(row[column])
+            out.append(dict(epoch=epoch, field=column, recorded=old, now=new,
+                            difference=new - old))
+    return out
+
+
+def lines(run, compared):
+    """The table and one line of verdict: identical, or the largest
+    difference; with the record's machine and commit against this tree's."""
+    code = run.get("code") or {}
+    here = runner.code(run.get("run_backend") or run.get("backend"))
+    out = [f"record: {run.get('machine', '?')}, commit "
+           f"{code.get('commit') or 'not recorded'}"
+           + (" (dirty)" if code.get("dirty") else ""),
+           f"now:    {runner.machine(run.get('run_backend') or run.get('backend'))}"
+           f", commit {here['commit'] or '?'}"
+           + (" (dirty)" if here["dirty"] else ""), "",
+           "| epoch | field | recorded | now | now - recorded |",
+           "|---|---|---|---|---|"]
+    out += [f"| {c['epoch']} | {c['field']} | {c['recorded']:.6g} | "
+            f"{c['now']:.6g} | {c['difference']:+.3g} |" for c in compared]
+    worst = max(compared, key=lambda c: abs(c["difference"]))
+    same = all(c["difference"] == 0 for c in compared)
+    out += ["", "identical to the record, epoch by epoch" if same else
+            f"differs: largest {worst['field']} of epoch {worst['epoch']}, "
+            f"{worst['difference']:+.3g}"
+            + ("" if math.isfinite(worst["difference"]) else " (not finite)")]
+    return out

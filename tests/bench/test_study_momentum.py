@@ -1,0 +1,195 @@
+"""Issue 60: momentum tuned as LARS was (the plan's choice within one
+machine kind, the report's pairs), ramps written without peeking, the
+Holm count over the page's verdicts, and records that name their code."""
+
+import re
+
+from bench.study import audit
+from bench.study import baselines
+from bench.study import momentum
+from bench.study import plans
+from bench.study import runner
+from bench.study import stats
+
+CPU_TF, H200 = "CPU VM / TensorFlow", "H200 / JAX"
+STAMP = {CPU_TF: "2-core x86_64 CPU VM, no GPU (TensorFlow 2.21.0), 2026-11-29",
+         H200: "one NVIDIA H200 (JAX 0.11.2), 2026-11-29"}
+
+
+def _nesterov(kind, warmup, rate, seed, reach, final=0.85):
+    """A Nesterov run at 4,096: 0.95 after `reach` updates (None: never
+    0.90)."""
+    spec = plans.nesterov(rate, warmup, [seed])[0]
+    return dict(spec, machine=STAMP[kind], kind_of_machine=kind,
+                val_accuracy=final,
+                evals=[[0, reach or 150, 0.95 if reach else 0.85]])
+
+
+def _sweep(kind, best, reach=100):
+    """The whole grid on seed 100; `best` (warmup, rate) alone reaches
+    0.90."""
+    return [_nesterov(kind, w, r, 100, reach if (w, r) == best else None)
+            for w in plans.MOMENTUM_WARMUPS for r in plans.MOMENTUM_RATES]
+
+
+def test_the_nesterov_sweep_is_both_warmups_by_five_rates_on_seed_100():
+    specs = plans.MOMENTUM.all_specs()
+    sweep = [s for s in specs if s.get("variant", "").startswith("nesterov")]
+    assert {(round(s["warmup_epochs"], 2), s["rate"]) for s in sweep} == {
+        (w, r) for w in (1.43, 2.9) for r in (0.1, 0.2, 0.4, 0.8, 1.6)}
+    assert {s["seed"] for s in sweep} == {100}
+    # The warmup LARSMixed had (5/42 of 12 epochs), Nesterov on, 4,096.
+    assert abs(plans.MOMENTUM_WARMUPS[0] - 12 * 5 / 42) < 1e-12
+    argv = dict(a[2:].split("=", 1) for a in runner.command_line(sweep[0], "w"))
+    assert argv["nesterov"] == "true" and argv["global_batch_size"] == "4096"
+    assert argv["optimizer"] == "sgd" and argv["resnet_depth"] == "20"
+    # LARSMixed and LAMBMixed get seeds 104-105; LAMBMixed's 0.032 and 0.064
+    # a key of their own on TensorFlow beside the H200 runs of those rates.
+    keys = {runner.run_key(s) for s in specs}
+    assert "resnet20_w16|fixed|lars_mixed|12|4096|5|105" in keys
+    assert "resnet20_w16|fixed|lamb_mixed|12|4096|0.064|100|tensorflow" in keys
+
+
+def test_the_best_is_chosen_within_one_machine_kind_and_extends_at_an_edge():
+    best = (plans.MOMENTUM_WARMUPS[1], 0.4)
+    cpu = _sweep(CPU_TF, best)
+    assert plans.momentum_best(cpu, CPU_TF) == (best, None)
+    # The same grid on the H200 with another best does not move the CPU's.
+    h200 = _sweep(H200, (plans.MOMENTUM_WARMUPS[0], 0.8), reach=10)
+    assert plans.momentum_best(cpu + h200, CPU_TF) == (best, None)
+    # Until the whole grid has run on the kind: nothing.
+    assert plans.momentum_best(cpu[:-1] + h200, CPU_TF) == (None, None)
+    # A best at the highest rate runs 2x beyond it first.
+    edge = _sweep(CPU_TF, (plans.MOMENTUM_WARMUPS[0], 1.6))
+    assert plans.momentum_best(edge, CPU_TF)[1] == (plans.MOMENTUM_WARMUPS[0], 3.2)
+
+
+def test_the_plan_measures_the_best_on_seeds_101_to_105_once_chosen(
+        monkeypatch):
+    monkeypatch.setattr(runner, "machine", lambda backend=None: STAMP[CPU_TF])
+    best = (plans.MOMENTUM_WARMUPS[0], 0.2)
+    later = plans.MOMENTUM.then(_sweep(CPU_TF, best))
+    assert [(s["seed"], s["rate"], s["variant"]) for s in later] == [
+        (seed, 0.2, "nesterov_w1.43") for seed in range(101, 106)]
+    assert plans.MOMENTUM.then(_sweep(H200, best)) == []
+
+
+def _measured(kind, optimizer, rate, finals, variant=None, warmup=None):
+    runs = []
+    for seed, final in zip(plans.MOMENTUM_MEASURE, finals):
+        spec = plans.fixed(4096, rate, [seed], epochs=12, optimizer=optimizer,
+                           workload="resnet20_w16", warmup_epochs=warmup)[0]
+        if variant:
+            spec = dict(spec, variant=variant, flags=dict(nesterov="true"))
+        runs.append(dict(spec, machine=STAMP[kind], kind_of_machine=kind,
+                         val_accuracy=final,
+                         evals=[[0, 100 + seed, 0.95 if final > 0.9 else 0.85]]))
+    return runs
+
+
+def test_the_report_compares_each_layerwise_optimizer_with_the_tuned_nesterov():
+    best = (plans.MOMENTUM_WARMUPS[0], 0.4)
+    runs = _sweep(CPU_TF, best)
+    assert momentum.momentum_findings(runs)["pairs"][0]["status"].startswith(
+        "not run yet")
+    runs += _measured(CPU_TF, "sgd", 0.4, [0.80, 0.81, 0.82, 0.83, 0.84],
+                      "nesterov_w1.43", best[0])
+    runs += _measured(CPU_TF, "lars_mixed", 5.0, [0.91, 0.912, 0.914, 0.916,
+                                                   0.918])
+    runs += _measured(CPU_TF, "lamb_mixed", 0.032, [0.82, 0.80, 0.84, 0.81,
+                                                     0.83])
+    # Plain momentum's runs at the same rate are not the Nesterov arm.
+    runs += _measured(CPU_TF, "sgd", 0.4, [0.99] * 5)
+    found = momentum.momentum_findings(runs)
+    assert found["best"] == best and found["arms"]["nesterov"]["n"] == 5
+    lars, lamb = found["pairs"]
+    assert lars["n"] == (5, 5) and lars["result"]["accuracy"]["verdict"] == "ahead"
+    assert abs(lars["result"]["accuracy"]["diff"] - 0.094) < 1e-9
+    assert lamb["result"]["accuracy"]["verdict"] == "cannot tell"
+    lines = momentum.momentum_lines(found)
+    assert "best rate 0.4 at warmup 1.43 epochs" in lines[0]
+    assert "**ahead**" in lines[1] and "n = 5 vs 5" in lines[1]
+
+
+def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
+    assert plans.LINEAR_RAMP == "0:128,1:256,2:384,3:512,4:640,5:768,6:1024"
+    # Megatron's formula at sample s: 128 + 128 * floor(s / (360000 / 7)).
+    assert plans.megatron_ramp(128, 128, 1024, 360000, 60000, 8) == \
+        plans.LINEAR_RAMP
+    # 3 increments of 64 over 100 samples, 50 an epoch: 64, 128, then 256.
+    assert plans.megatron_ramp(64, 64, 256, 100, 50, 4) == "0:64,1:128,2:256"
+    specs = plans.RAMPS.all_specs()
+    assert len(specs) == 20 and {s["seed"] for s in specs} == set(
+        plans.DECISIVE_SEEDS)
+    schedules = {s["variant"]: s["flags"]["batch_schedule"] for s in specs}
+    assert schedules == {"linear_ramp": plans.LINEAR_RAMP,
+                         "doubling": "0:128,2:256,4:512,6:1024"}
+    # Their keys are apart from the peeked ramp's, which selects no variant.
+    peeked = {runner.run_key(s) for s in plans.BASELINES.all_specs()}
+    assert not peeked & {runner.run_key(s) for s in specs}
+    names = [n for n, sel, _ in baselines.BASELINE_ARMS if sel["kind"] == "ramp"]
+    assert len(names) == 3 and "written without the noise scale" in names[1]
+
+
+def test_an_unpeeked_ramp_told_apart_says_what_the_noise_scale_adds():
+    result = {"accuracy": {"verdict": "cannot tell"},
+              "targets": {t: {"verdict": "ahead" if t == 0.90 else
+                              "cannot tell"} for t in (0.88, 0.89, 0.90, 0.905)}}
+    said = baselines.ramp_sentence(result, peeked=False)
+    assert said.startswith("The grown batch is ahead of this ramp on 0.90: "
+                           "measuring the noise scale adds")
+    for word in result["targets"].values():
+        word["verdict"] = "cannot tell"
+    said = baselines.ramp_sentence(result, peeked=False)
+    assert "could not be told apart" in said and "matches" not in said
+
+
+def test_holm_steps_down_unlike_bonferroni_or_no_correction():
+    # Holm keeps all three (0.01 <= .05/3, 0.02 <= .05/2, 0.04 <= .05);
+    # Bonferroni would keep only the first.
+    assert stats.holm([0.04, 0.01, 0.02]) == [True, True, True]
+    # It stops at the first failure: 0.03 > 0.05/3, so 0.04 falls too.
+    assert stats.holm([0.01, 0.03, 0.04, 0.2]) == [True, False, False, False]
+
+
+def test_the_p_values_agree_with_the_intervals_that_give_the_verdicts():
+    a, b = [0.91, 0.912, 0.915, 0.913, 0.909], [0.90, 0.903, 0.899, 0.901, 0.902]
+    low = stats.mean_difference(a, b)[1]
+    assert low > 0 and stats.welch_p(a, b) < 0.05
+    assert stats.welch_p(a, a[::-1]) == 1.0
+    fast, slow = [100, 110, 120, 105, 115], [200, 210, 220, 205, 215]
+    assert stats.ratio_of_medians(fast, slow)[2] < 1
+    assert stats.ratio_p(fast, slow) < 0.05
+    assert stats.ratio_p(fast, fast) == 1.0
+    # Never reaching on both sides counts as a tie, never as a difference.
+    assert stats.ratio_p([None] * 5, [None] * 5) == 1.0
+
+
+def _finding(verdict, p, commits=("", "")):
+    result = {"a": {"n": 10}, "b": {"n": 10},
+              "accuracy": {"verdict": verdict, "p": p},
+              "targets": {}, "commits": {"a": [commits[0]], "b": [commits[1]]}}
+    return {"name": "x", "result": result, "interim": False}
+
+
+def test_the_audit_counts_verdicts_and_marks_those_holm_undoes():
+    found = [_finding("ahead", 0.001), _finding("ahead", 0.03),
+             _finding("cannot tell", 0.4, ("abc", "def"))]
+    entries = audit.verdicts(found, [], [])
+    lines = audit.audit_lines(entries)
+    assert "compute 3 verdicts" in lines[0] and "2 say ahead or behind" in lines[0]
+    assert "1 would not survive" in lines[0]
+    assert found[0]["result"]["accuracy"]["holm"] is True
+    assert found[1]["result"]["accuracy"]["holm"] is False
+    assert "holm" not in found[2]["result"]["accuracy"]
+    assert "the arms of 1 ran different commits" in lines[1]
+
+
+def test_a_record_names_its_commit_tree_and_versions():
+    code = runner.code("jax")
+    assert code["commit"] is None or re.fullmatch(r"[0-9a-f]{40}",
+                                                  code["commit"])
+    assert isinstance(code["dirty"], bool)
+    assert set(code["versions"]) == {"keras-largebatch", "keras", "jax"}
+    assert code["versions"]["keras"]
+    assert runner.stamp({"run_backend": "jax"})["code"] == code
