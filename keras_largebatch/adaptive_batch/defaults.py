@@ -3,9 +3,9 @@ and the command's flags (`--noise_scale_multiple`,
 `--adaptive_learning_rate`, `--adaptive_start_multiple`,
 `--max_global_batch_size`) read them from here.
 
-They are the best policy the study found on SGD (docs/large-batch-study.md
-compares them, with n per arm and intervals, with fixed 1,024 at 0.8: the
-H200 / JAX front's best for 0.90, its rate chosen on seed 0 alone): start
+They are the policy the study settled on for SGD (docs/large-batch-study.md
+compares them, with n per arm and intervals, with fixed batches and ramps;
+no verdict makes them the best of the variants tried): start
 at 4 x the batch the optimizer was compiled with, follow 4 x B_simple, the
 rate linear in the batch for SGD, up to 8 x the compiled batch.
 `AUTO_RULE_FOR_SGD` and `AUTO_RULE_OTHERWISE` are what
