@@ -36,6 +36,7 @@ from bench.study.momentum import momentum_lines
 from bench.study.selection import load_all
 from bench.study.tables import config_table
 from bench.study.tables import front_lines
+from bench.study.tables import runtime_lines
 from bench.study.tables import tradeoff_lines
 
 
@@ -87,6 +88,9 @@ def write(results=runner.RESULTS):
     lines += ["", "## Every configuration (median updates with a bootstrap "
               "95% interval; seeds reaching the target)", ""]
     lines += config_table(runs)
+    lines += ["", "## What the measuring runs took (wall time from each record; "
+              "seeds 100 on, runs side by side as the study runs them)", ""]
+    lines += runtime_lines(runs)
     lines += probes.markdown(runner.load(plans.PROBES.path(results)))
     lines += ["", "## Training speed per backend (`backend_speed`)", ""]
     lines += speed_lines(results)

@@ -1,5 +1,8 @@
 """The page's tables of the compared runs: the front (each fixed batch's
-best rate per target), the grown batch's trade-off, every configuration."""
+best rate per target), the grown batch's trade-off, every configuration,
+and what the runs of the measuring seeds cost."""
+
+import statistics
 
 from bench.study import plans
 from bench.study import show
@@ -97,4 +100,27 @@ def config_table(runs):
                      + (f"{mean:.4f} ± {sd:.4f}" if sd is not None
                         else f"{mean:.4f} (one seed)") + " | "
                      + " | ".join(cells) + " |")
+    return lines
+
+
+def runtime_lines(runs, seeds=range(100, 200)):
+    """What each configuration's runs on the measuring seeds (`seeds`) took,
+    per machine kind, as the records give their wall times (two or more
+    runs side by side on a machine, as the study runs them): n, minimum,
+    median and maximum minutes."""
+    groups = {}
+    for r in runs:
+        if r["seed"] in seeds and r.get("wall_seconds"):
+            groups.setdefault((r["kind_of_machine"],) + config(r), []).append(
+                r["wall_seconds"] / 60)
+    lines = ["| machine | network | kind | optimizer | epochs | batch | rate | "
+             "variant | n | minutes: min / median / max |",
+             "|" + "---|" * 10]
+    for key in sorted(groups, key=str):
+        kind, workload, what, o, epochs, batch, rate, variant = key
+        m = groups[key]
+        lines.append(f"| {kind} | {workload} | {what} | {o} | {epochs} | "
+                     f"{batch:,} | {rate:g} | {variant or ''} | {len(m)} | "
+                     f"{min(m):.1f} / {statistics.median(m):.1f} / "
+                     f"{max(m):.1f} |")
     return lines
