@@ -3,8 +3,8 @@
 Parts, in order of value: compiled (the torch step `jit_compile=True`
 compiles), a (ResNet-50 training images/s), b (optimizer-step times), cuda
 (the fusion kernels' device test), each a plan's tasks
-(`bench/study/gpu_check.py`), and c (a study plan); the study's runner
-(`bench/study/runner.py`) runs them all, parts compiled to cuda one task
+(`bench/gpu_campaign/plan.py`), and c (a study plan); bench's process pool
+(`bench/core/pool.py`) runs them all, parts compiled to cuda one task
 at a time into `<out>.json`, part c side by side into its plan's record.
 A rerun skips what is recorded. The parts, the files, how to prepare, run
 and rehearse it: bench/README.md.
@@ -23,13 +23,16 @@ import time
 # no TensorFlow), as `main` has it.
 os.environ.setdefault("KERAS_BACKEND", "jax")
 from bench import ROOT  # noqa: E402
+from bench.core import pool  # noqa: E402
+from bench.core import provenance  # noqa: E402
+from bench.core import records  # noqa: E402
+from bench.core import runspec  # noqa: E402
+from bench.gpu_campaign import plan as gpu_plan  # noqa: E402
 from bench.gpu_campaign.report import markdown  # noqa: E402
-from bench.study import gpu_check  # noqa: E402
 from bench.study import plans  # noqa: E402
-from bench.study import runner  # noqa: E402
 
-RESULTS = os.path.join(runner.RESULTS, "gpu_campaign")
-PARTS = (*gpu_check.PARTS, "c")
+RESULTS = os.path.join(records.RESULTS, "gpu_campaign")
+PARTS = (*gpu_plan.PARTS, "c")
 VERSIONS = ["keras", "jax", "jaxlib", "torch", "numpy", "grain"]
 PREPARED_LIMIT_MIB = 50  # --prepare's folder: a call carries 64 MiB
 
@@ -62,7 +65,7 @@ def parse_args(argv=None):
                    help="comma-separated keys of part a's items to run "
                         "(default: all), e.g. torch|keras|lars_mixed")
     p.add_argument("--compiled_seconds", type=float,
-                   default=gpu_check.COMPILED_SECONDS,
+                   default=gpu_plan.COMPILED_SECONDS,
                    help="the most each item of part compiled may take, "
                         "torch.compile of ResNet-50 included (then it is "
                         "recorded as failed)")
@@ -116,7 +119,7 @@ def prepare(folder):
 
     wheels = os.path.join(folder, "wheels")
     os.makedirs(wheels, exist_ok=True)
-    version = runner.version
+    version = provenance.version
     pins = [f"{p}=={version(p)}" if version(p) else p for p in WHEELS]
     platforms = [x for tag in PLATFORMS for x in ("--platform", tag)]
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
@@ -176,7 +179,7 @@ def part_specs(part, args):
     """The tasks of `part` this call may run: its plan's (the smoke's with
     `--smoke`), of `--backends` and, in part a, `--a_items`, with
     `--compiled_seconds` and part cuda's files."""
-    plan = plans.GPU_SMOKE if args.smoke else plans.GPU_CHECK
+    plan = gpu_plan.GPU_SMOKE if args.smoke else gpu_plan.GPU_CHECK
     picked = args.a_items.split(",") if args.a_items else None
     specs = []
     for s in plan.specs:
@@ -200,21 +203,21 @@ def run_part(part, args, left, env, session):
     `session`)."""
     path = args.out + ".json"
     specs = part_specs(part, args)
-    stale = [r for r in runner.load(path) + runner.failures(path)
+    stale = [r for r in records.load(path) + records.failures(path)
              if r["part"] == part and specs
              and r.get("settings") != specs[0].get("settings")]
     if stale:
         sys.exit(f"{path}: part {part} was measured with "
                  f"{stale[0]['settings']}, not {specs[0]['settings']}; use "
                  "another --out")
-    runner.run(specs, path, os.path.join(args.work_dir, "tasks"), workers=1,
+    pool.run(specs, path, os.path.join(args.work_dir, "tasks"), workers=1,
                budget=0 if left == float("inf") else left, env=env,
                log=lambda line: print(f"{part} {line}", flush=True))
-    done = {runner.run_key(r)
-            for r in runner.load(path) + runner.failures(path)}
-    left = [s for s in specs if runner.run_key(s) not in done]
+    done = {runspec.run_key(r)
+            for r in records.load(path) + records.failures(path)}
+    left = [s for s in specs if runspec.run_key(s) not in done]
     absent = {s["run_backend"] for s in left
-              if "run_backend" in s and not runner.installed(s["run_backend"])}
+              if "run_backend" in s and not pool.installed(s["run_backend"])}
     for backend in sorted(absent):
         session.setdefault("not_installed", {}).setdefault(
             backend, []).append(part)
@@ -229,7 +232,7 @@ def run_c(args, left, env, c):
     (the record's summary of part c) with this call's lines and whether
     the plan has nothing left to run."""
     results = (os.path.dirname(os.path.abspath(args.out)) if args.smoke
-               else runner.RESULTS)
+               else records.RESULTS)
     plan = plans.PLANS[args.study_plan]
     path = plan.path(results)
     env = dict(env, KERAS_BACKEND="jax",
@@ -240,14 +243,14 @@ def run_c(args, left, env, c):
         lines.append(line)
         print(f"c {line}", flush=True)
 
-    runner.run(plan.all_specs, path, os.path.join(args.work_dir, plan.name),
+    pool.run(plan.all_specs, path, os.path.join(args.work_dir, plan.name),
                args.study_workers,
                0 if left == float("inf") else max(left - 20, 1),
                args.data_dir, log=log, env=env)
-    runs = runner.load(path)
-    done = {runner.run_key(r) for r in runs}
+    runs = records.load(path)
+    done = {runspec.run_key(r) for r in runs}
     return dict(c, plan=plan.name, record=plan.record, lines=lines,
-                complete=all(runner.run_key(s) in done
+                complete=all(runspec.run_key(s) in done
                              for s in plan.all_specs(runs)))
 
 
@@ -274,20 +277,17 @@ def main(argv=None):
 
     path = args.out + ".json"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    record = runner.read(path)
-    if any(part in record for part in gpu_check.PARTS):
-        sys.exit(f"{path} is in the campaign's old form (a dict per part): "
-                 f"python -m bench.gpu_campaign.convert {path}")
+    record = records.read(path)
     if record.get("smoke", args.smoke) != args.smoke:
         sys.exit(f"{path} holds a {'smoke' if args.smoke else 'real'}"
                  " campaign's opposite; use another --out")
     session = dict(
-        started=runner.now(), command="python -m bench.gpu_campaign "
+        started=provenance.now(), command="python -m bench.gpu_campaign "
         + " ".join(sys.argv[1:]), parts=args.parts,
         host=f"{platform.machine()}, {os.cpu_count()} CPUs",
-        gpu=runner.nvidia_smi("name,memory.total,driver_version").replace(
+        gpu=provenance.nvidia_smi("name,memory.total,driver_version").replace(
             "\n", "; ") or None, python=platform.python_version(),
-        versions={p: runner.version(p) for p in VERSIONS}, finished=[])
+        versions={p: provenance.version(p) for p in VERSIONS}, finished=[])
     sessions, c = record.get("sessions", []) + [session], record.get("c")
     started = time.monotonic()
     deadline = started + args.budget_seconds if args.budget_seconds else \
@@ -295,9 +295,9 @@ def main(argv=None):
 
     def save():
         session["seconds"] = round(time.monotonic() - started, 1)
-        runner.save(path, runner.load(path), smoke=args.smoke,
+        records.save(path, records.load(path), smoke=args.smoke,
                     sessions=sessions, **({"c": c} if c else {}))
-        atomic_write(args.out + ".md", markdown(runner.read(path)))
+        atomic_write(args.out + ".md", markdown(records.read(path)))
 
     save()
     env = dict(environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
@@ -317,11 +317,11 @@ def main(argv=None):
                 complete = False  # The budget: nothing more starts.
                 break
             save()
-    except runner.NoGPU as e:
+    except pool.NoGPU as e:
         save()
         sys.exit(f"{e.code}; only --smoke runs on a CPU")
     save()
-    print(markdown(runner.read(path)))
+    print(markdown(records.read(path)))
     missing = session.get("not_installed")
     if complete and missing:
         print("campaign not complete: " + "; ".join(

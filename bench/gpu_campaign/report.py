@@ -1,6 +1,6 @@
-"""The report of the GPU check: `<out>.md` from the record (the runner's:
-`bench/study/runner.py`), a table of the calls, then each part's numbers
-against its targets."""
+"""The report of the GPU check: `<out>.md` from the record (written by
+bench's process pool, `bench/core/pool.py`), a table of the calls, then
+each part's numbers against its targets."""
 
 
 def by_part(record):

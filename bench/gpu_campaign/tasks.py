@@ -1,8 +1,8 @@
 """The GPU check's tasks, each in a process of its own that the runner
-starts (`bench/study/runner.py`): `python -m bench.gpu_campaign.tasks SPEC`
-runs a spec of `bench/study/gpu_check.py` on its backend (Keras fixes it at
+starts (`bench/core/pool.py`): `python -m bench.gpu_campaign.tasks SPEC`
+runs a spec of `bench/gpu_campaign/plan.py` on its backend (Keras fixes it at
 import) and prints `RESULT <json>`. Parts a, compiled and b exit
-`runner.NO_GPU` instead where the device is a CPU and the spec is not the
+`pool.NO_GPU` instead where the device is a CPU and the spec is not the
 smoke's; part cuda builds and runs the fusion kernels' device test, and
 fails where it does.
 """
@@ -90,7 +90,7 @@ def main(argv=None):
     import keras
 
     from bench.micro import applications
-    from bench.study.runner import NO_GPU
+    from bench.core.pool import NO_GPU
 
     backend = keras.backend.backend()
     device = applications.device_name(backend)

@@ -26,7 +26,9 @@ from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import localhost
 
 import bench
-from bench.study.runner import RESULTS, machine, now
+from bench.core.provenance import machine
+from bench.core.provenance import now
+from bench.core.records import RESULTS
 
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
            "ours topk 1%", "ours topk 0.1%", "flat buffer"]

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from bench.study import runner
+from bench.core import records
 
 # name -> ResNet50 kwargs; "keras" is keras.applications.ResNet50.
 CONFIGS = {
@@ -137,7 +137,7 @@ def main():
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help="comma-separated subset of: " + ", ".join(CONFIGS))
     p.add_argument("--out", default=os.path.join(
-        runner.RESULTS, "applications.json"))
+        records.RESULTS, "applications.json"))
     args = p.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     import keras

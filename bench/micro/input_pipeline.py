@@ -22,7 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from bench.study.runner import RESULTS, machine, now
+from bench.core.provenance import machine
+from bench.core.provenance import now
+from bench.core.records import RESULTS
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import imagenet
 

@@ -18,8 +18,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bench.core.provenance import machine
+from bench.core.records import RESULTS
 from bench.micro.optimizer_step import median_ms
-from bench.study.runner import RESULTS, machine
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import native
 

@@ -22,9 +22,9 @@ import sys
 import time
 
 import bench
-from bench.study import runner
+from bench.core import records
 
-RESULTS = os.path.join(runner.RESULTS, "noise_scale_cost.json")
+RESULTS = os.path.join(records.RESULTS, "noise_scale_cost.json")
 
 
 def build(name):

@@ -20,9 +20,10 @@ import sys
 import time
 
 import bench
-from bench.study import runner
+from bench.core import provenance
+from bench.core import records
 
-RESULTS = os.path.join(runner.RESULTS, "optimizer_step.json")
+RESULTS = os.path.join(records.RESULTS, "optimizer_step.json")
 
 
 def median_ms(fn, steps, warmup=3, sync=lambda out: None):
@@ -237,7 +238,7 @@ def main():
 
     record = {
         "machine": machine,
-        "date": runner.now(),
+        "date": provenance.now(),
         "command": " ".join(["python -m bench.micro.optimizer_step",
                              *sys.argv[1:]]),
         "load_average_at_start": load_at_start,

@@ -1,6 +1,6 @@
-"""The study: plans (`plans`), the one runner and record writer (`runner`),
-statistics (`stats`), the report (`report`, the page, from `selection`,
-`findings`, `baselines`, `depth`, `tables`, `appendix`, `show`, `probes`),
-the GPU check's tasks as specs (`gpu_check`) and the `kills` plan's
-program. `python -m bench.study run|report|list|merge ...`
-(`__main__`)."""
+"""The study: plans (`plans`), run by bench's process pool
+(`bench/core/`), statistics (`stats`), the report (`report`, the page, from
+`selection`, `findings`, `baselines`, `depth`, `momentum`, `audit`,
+`tables`, `appendix`, `show`, `probes`), the `kills` plan's program, and
+`recheck` (a recorded run again at this code). `python -m bench.study
+run|report|list|merge|recheck ...` (`__main__`)."""

@@ -24,8 +24,10 @@ import argparse
 import os
 import sys
 
+from bench.core import pool
+from bench.core import records
+from bench.core import runspec
 from bench.study import plans
-from bench.study import runner
 
 
 def main(argv=None):
@@ -38,12 +40,12 @@ def main(argv=None):
                    help="seconds; no run starts after them (0: no limit)")
     r.add_argument("--work_dir", default=os.path.join("runs", "study"))
     r.add_argument("--data_dir", default="")
-    r.add_argument("--results", default=runner.RESULTS)
+    r.add_argument("--results", default=records.RESULTS)
     r.add_argument("--only", default="",
                    help="run only the specs whose key contains this")
     sub.add_parser("report", help="write bench/results/study.md")
     ls = sub.add_parser("list", help="each plan's runs: done and left")
-    ls.add_argument("--results", default=runner.RESULTS)
+    ls.add_argument("--results", default=records.RESULTS)
     m = sub.add_parser("merge", help="add another machine's record's runs "
                                      "to the record of the same name here")
     m.add_argument("files", nargs="+")
@@ -53,7 +55,7 @@ def main(argv=None):
     c.add_argument("key", help="the run's key (`list`, or the record's runs)")
     c.add_argument("--epochs", type=int, default=1)
     c.add_argument("--work_dir", default=os.path.join("runs", "recheck"))
-    c.add_argument("--results", default=runner.RESULTS)
+    c.add_argument("--results", default=records.RESULTS)
     args = p.parse_args(argv)
     if args.command == "recheck":
         return _recheck(p, args)
@@ -64,20 +66,20 @@ def main(argv=None):
         return 0
     if args.command == "merge":
         for path in args.files:
-            here = os.path.join(runner.RESULTS, os.path.basename(path))
-            runs = runner.load(here)
-            have = {runner.run_key(r) for r in runs}
-            new = [r for r in runner.load(path) if runner.run_key(r) not in have]
-            runner.save(here, runs + new)
+            here = os.path.join(records.RESULTS, os.path.basename(path))
+            runs = records.load(here)
+            have = {runspec.run_key(r) for r in runs}
+            new = [r for r in records.load(path) if runspec.run_key(r) not in have]
+            records.save(here, runs + new)
             print(f"{path}: {len(new)} new runs in {here}")
         return 0
     if args.command == "list":
         for plan in plans.PLANS.values():
-            runs = runner.load(plan.path(args.results))
-            failed = {runner.run_key(x)
-                      for x in runner.failures(plan.path(args.results))}
-            done = {runner.run_key(x) for x in runs} | failed
-            keys = [runner.run_key(s) for s in plan.all_specs(runs)]
+            runs = records.load(plan.path(args.results))
+            failed = {runspec.run_key(x)
+                      for x in records.failures(plan.path(args.results))}
+            done = {runspec.run_key(x) for x in runs} | failed
+            keys = [runspec.run_key(s) for s in plan.all_specs(runs)]
             left = sum(k not in done for k in keys)
             print(f"{plan.name:14s} {len(keys) - left:4d} done {left:4d} left"
                   f"  {plan.about}" + (f" ({len(failed)} failed)"
@@ -91,9 +93,9 @@ def main(argv=None):
     path = plan.path(args.results)
 
     def specs(runs):
-        return [s for s in plan.all_specs(runs) if args.only in runner.run_key(s)]
+        return [s for s in plan.all_specs(runs) if args.only in runspec.run_key(s)]
 
-    runner.run(specs, path, os.path.join(args.work_dir, plan.name),
+    pool.run(specs, path, os.path.join(args.work_dir, plan.name),
                args.workers, args.budget, args.data_dir,
                log=lambda m: print(m, flush=True))
     return 0

@@ -5,9 +5,9 @@ retired studies' records (`RETIRED`), which no plan writes."""
 import json
 import os
 
+from bench.core import records
 from bench.study import kills
 from bench.study import plans
-from bench.study import runner
 from bench.study import show
 from bench.study import stats
 
@@ -26,7 +26,7 @@ SHOWN = ("policy", "phase", "kind", "optimizer", "batch", "global_batch_size",
          "fixed 128", "fixed 1,024")
 
 
-def retired_lines(results=runner.RESULTS):
+def retired_lines(results=records.RESULTS):
     """Each retired study's runs, one row each (`RETIRED`)."""
     lines = []
     for name, about in RETIRED.items():
@@ -43,11 +43,11 @@ def retired_lines(results=runner.RESULTS):
     return lines
 
 
-def speed_lines(results=runner.RESULTS):
+def speed_lines(results=records.RESULTS):
     """The `backend_speed` plan: second-epoch training images/s per machine
     and backend, the mean of the runs side by side."""
     rows = {}
-    for r in runner.load(plans.BACKEND_SPEED.path(results)):
+    for r in records.load(plans.BACKEND_SPEED.path(results)):
         rows.setdefault((r["machine"].rsplit(",", 1)[0], r["batch"]), []).append(
             r["images_per_sec_per_epoch"][-1])
     return ["| machine (backend) | batch | images/s (mean of the runs side by "
@@ -56,14 +56,14 @@ def speed_lines(results=runner.RESULTS):
         for (m, b), v in sorted(rows.items())]
 
 
-def kill_lines(results=runner.RESULTS):
+def kill_lines(results=records.RESULTS):
     """The `kills` plan: per setup and fault (none, or the newest checkpoint
     damaged after the kill), its kills, the identical resumes, the updates
     a kill lost and a kill's seconds (kill and rerun)."""
     lines = ["| setup | fault | machine | kills | identical resumes | updates "
              "lost: max | median | seconds a kill |",
              "|---|---|---|---|---|---|---|---|"]
-    runs = runner.load(plans.KILL_RUNS.path(results))
+    runs = records.load(plans.KILL_RUNS.path(results))
     for fault in (None, "damage"):
         for setup in kills.SETUPS:
             mine = [r for r in runs

@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 import bench
-from bench.study import runner
+from bench.core import runspec
 
 EVERY = 2  # --checkpoint_every_steps: a kill loses at most this many updates
 RUN = ["--dataset=digits", "--model=resnet_cifar", "--resnet_depth=8",
@@ -177,7 +177,7 @@ def one_kill(spec, work_dir):
     draw = random.Random(f"{spec['seed']}-{setup}-{index}")
     at = draw.randrange(3 * steps - 1)
     same_as = reference(setup, work_dir)
-    model_dir = os.path.join(runner.model_dir(spec, work_dir), "run")
+    model_dir = os.path.join(runspec.model_dir(spec, work_dir), "run")
     shutil.rmtree(model_dir, ignore_errors=True)
     killed = job(setup, model_dir, kill=f"{at // steps},{at % steps}")
     damaged = damage(model_dir, draw) if spec.get("fault") else None
@@ -207,6 +207,6 @@ if __name__ == "__main__":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
         spec, work = json.loads(sys.argv[1]), sys.argv[2]
         result = one_kill(spec, work)
-        with open(os.path.join(runner.model_dir(spec, work), "result.json"),
+        with open(os.path.join(runspec.model_dir(spec, work), "result.json"),
                   "w") as f:
             json.dump(result, f)

@@ -1,47 +1,28 @@
 """Every study as a plan: arms x seeds x budgets, as data.
 
-A plan is a `Plan`: its name, the record it writes (`bench/results/
-<record>.json`, which the report reads), and its run specs
-(`bench/study/runner.py`) in order of value: training runs, a program's
-(`kills`) or the GPU check's tasks (`gpu_check.py`). A plan whose later runs
-depend on earlier results (the best rate of a sweep, measured on other
-seeds) gives them through `then(runs)`, which returns nothing until the
-runs it reads are done.
+A plan is a `Plan` (`bench/core/plan.py`): its name, the record it writes
+(`bench/results/<record>.json`, which the report reads), and its run specs
+(`bench/core/runspec.py`) in order of value: training runs or a program's
+(`kills`). A plan whose later runs depend on earlier results (the best rate
+of a sweep, measured on other seeds) gives them through `then(runs)`,
+which returns nothing until the runs it reads are done. The GPU check's
+tasks are its own plans (`bench/gpu_campaign/plan.py`).
 
 Seeds 0-9 were spent before the study chose rates by rule; new
 measurements use seeds from 100 on, decided here before they run.
 """
 
-import dataclasses
 import math
 import os
 
-from bench.study import gpu_check
+from bench.core import provenance
+from bench.core import runspec
+from bench.core.plan import Plan
 from bench.study import kills
-from bench.study import runner
 from bench.study import stats
 from keras_largebatch.train import recipe
 
 SMALL_BATCH, MICRO = 128, 256
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    name: str
-    record: str
-    about: str
-    specs: tuple
-    then: object = None  # runs -> more specs, or None
-    # Its runs are the report's comparisons: findings, fronts, the table of
-    # every configuration (`selection.load_all`).
-    compared: bool = False
-
-    def all_specs(self, runs=()):
-        return list(self.specs) + list(self.then(runs) if self.then else [])
-
-    def path(self, results=runner.RESULTS):
-        """Its record's file in the folder `results`."""
-        return os.path.join(results, self.record + ".json")
 
 
 def points(r):
@@ -411,7 +392,7 @@ DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
 # SGD with Nesterov momentum 0.9 at LARSMixed's warmup (5/42 of the run,
 # 1.43 epochs) and at 2.9 epochs, rates 0.1-1.6 on seed 100; the best of
 # the ten (fewest updates to 0.90, then final accuracy), chosen among the
-# runs of the machine kind this call runs on (`runner.machine_kind`), and
+# runs of the machine kind this call runs on (`provenance.machine_kind`), and
 # while it lies at the sweep's lowest or highest rate, 2x beyond it first
 # (at most `DEPTH_EXTEND`); then the best on seeds 101-105. LARSMixed at 5
 # and LAMBMixed at 0.032 (their measured bests) on seeds 104-105, so every
@@ -440,7 +421,7 @@ def momentum_best(runs, kind):
     None, None until every rate of the grid has run at both warmups."""
     mine = [r for r in runs if str(r.get("variant", "")).startswith("nesterov")
             and r["seed"] in DEPTH_CHOOSE
-            and runner.machine_kind(r.get("machine")) == kind]
+            and provenance.machine_kind(r.get("machine")) == kind]
     by = {(round(r["warmup_epochs"], 6), round(r["rate"], 9)): r for r in mine}
     grid = {(round(w, 6), round(x, 9)) for w in MOMENTUM_WARMUPS
             for x in MOMENTUM_RATES}
@@ -465,7 +446,7 @@ def momentum_best(runs, kind):
 
 
 def _momentum_then(runs):
-    best, beyond = momentum_best(runs, runner.machine_kind(runner.machine()))
+    best, beyond = momentum_best(runs, provenance.machine_kind(provenance.machine()))
     if best is None:
         return []
     if beyond is not None:
@@ -515,7 +496,7 @@ def probe(epoch_at, batch, seed, steps=None, start=False):
     rate = START_RATE if start else float(
         f"{TRAJECTORY_RATE[epoch_at] * batch / SMALL_BATCH:.6g}")
     k = max(1, batch // MICRO)
-    trajectory = runner.model_dir(TRAJECTORY, "{work_dir}")
+    trajectory = runspec.model_dir(TRAJECTORY, "{work_dir}")
     flags = dict(init_weights=os.path.join(
         trajectory, "checkpoints", f"epoch_{epoch_at:03d}.weights.h5"),
                  end_learning_rate=rate, keep_checkpoints=0,
@@ -595,16 +576,7 @@ KILL_RUNS = Plan("kills", "kill_campaign",
                               program="kills.py")
                          for name in FAULT_SETUPS for index in range(KILLS)))
 
-# The GPU check's tasks (`gpu_check.py`), run one at a time by `python -m
-# bench.gpu_campaign` into its `--out`; the smoke's, into the smoke's.
-GPU_CHECK = Plan("gpu_check", "gpu_campaign",
-                 "The GPU check's parts compiled, a, b and cuda",
-                 gpu_check.specs())
-GPU_SMOKE = Plan("gpu_smoke", "gpu_campaign_smoke",
-                 "The GPU check's smoke: its tasks at tiny sizes",
-                 gpu_check.specs(smoke=True))
-
 PLANS = {p.name: p for p in (SCALING, DECISIVE, BASELINES, RAMPS, LARS_VS_SGD,
                              DEPTH, DEPTH_REDUCED, MOMENTUM, PROBES, SMOKE,
-                             BACKEND_SPEED, KILL_RUNS, GPU_CHECK, GPU_SMOKE)}
+                             BACKEND_SPEED, KILL_RUNS)}
 

@@ -4,7 +4,7 @@ what this code does?
 
     python -m bench.study recheck depth 'resnet20_w16|fixed|lars_mixed|12|4096|5|101' --epochs 2
 
-The run's own command line (`runner.command_line` of its plan's spec) runs in a
+The run's own command line (`runspec.command_line` of its plan's spec) runs in a
 fresh folder until its `history.csv` holds `--epochs` rows, then is
 stopped: the schedule is the recorded run's, not one of fewer epochs.
 Bit-identical reruns hold on one machine kind and backend (not across CPU
@@ -16,19 +16,22 @@ import os
 import subprocess
 import time
 
-from bench.study import runner
+from bench.core import pool
+from bench.core import provenance
+from bench.core import records
+from bench.core import runspec
 
 
-def find(plan, key, results=runner.RESULTS):
+def find(plan, key, results=records.RESULTS):
     """(spec, run): the spec of `plan` (a `plans.Plan`) whose
-    `runner.run_key` is `key`, and its run in the plan's record; a
+    `runspec.run_key` is `key`, and its run in the plan's record; a
     `ValueError` naming the key when either is missing. The command line
     comes from the spec (a record's `evals` holds the evaluations, not the
     spec's count)."""
-    runs = runner.load(plan.path(results))
-    run = next((r for r in runs if runner.run_key(r) == key), None)
+    runs = records.load(plan.path(results))
+    run = next((r for r in runs if runspec.run_key(r) == key), None)
     spec = next((s for s in plan.all_specs(runs)
-                 if runner.run_key(s) == key), None)
+                 if runspec.run_key(s) == key), None)
     if run is None or spec is None:
         raise ValueError(f"no recorded run `{key}` of the plan `{plan.name}` "
                          f"in {plan.path(results)}. Received: key={key!r}")
@@ -48,7 +51,7 @@ def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
     `work_dir` (a fresh folder: an old one would be resumed) on the
     backend of its record `run`; the process is stopped once they are
     written."""
-    directory = runner.model_dir(spec, work_dir)
+    directory = runspec.model_dir(spec, work_dir)
     if os.path.exists(os.path.join(directory, "history.csv")):
         raise ValueError(f"`work_dir` already holds this run: {directory} "
                          "would be resumed, not rerun. Received: "
@@ -60,7 +63,7 @@ def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
         own["KERAS_BACKEND"] = backend
     start = time.monotonic()
     with open(os.path.join(directory, "stderr.txt"), "w") as err:
-        proc = subprocess.Popen(runner.process_command(spec, work_dir),
+        proc = subprocess.Popen(runspec.process_command(spec, work_dir),
                                 stdout=subprocess.DEVNULL, stderr=err, env=own)
     try:
         while len(_rows(directory)) < epochs and proc.poll() is None:
@@ -69,7 +72,7 @@ def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
             time.sleep(poll)
     finally:
         if proc.poll() is None:
-            runner._stop(proc, False)
+            pool.stop(proc, False)
     rows = _rows(directory)[:epochs]
     if len(rows) < epochs:
         with open(os.path.join(directory, "stderr.txt")) as f:
@@ -98,11 +101,11 @@ def lines(run, compared):
     """The table and one line of verdict: identical, or the largest
     difference; with the record's machine and commit against this tree's."""
     code = run.get("code") or {}
-    here = runner.code(run.get("run_backend") or run.get("backend"))
+    here = provenance.code(run.get("run_backend") or run.get("backend"))
     out = [f"record: {run.get('machine', '?')}, commit "
            f"{code.get('commit') or 'not recorded'}"
            + (" (dirty)" if code.get("dirty") else ""),
-           f"now:    {runner.machine(run.get('run_backend') or run.get('backend'))}"
+           f"now:    {provenance.machine(run.get('run_backend') or run.get('backend'))}"
            f", commit {here['commit'] or '?'}"
            + (" (dirty)" if here["dirty"] else ""), "",
            "| epoch | field | recorded | now | now - recorded |",

@@ -10,10 +10,10 @@ the probes (`probes`), and the records no comparison reads (`appendix`).
 import json
 import os
 
+from bench.core import records
 from bench.study import kills
 from bench.study import plans
 from bench.study import probes
-from bench.study import runner
 from bench.study import show
 from bench.study.appendix import kill_lines
 from bench.study.appendix import retired_lines
@@ -40,7 +40,7 @@ from bench.study.tables import runtime_lines
 from bench.study.tables import tradeoff_lines
 
 
-def write(results=runner.RESULTS):
+def write(results=records.RESULTS):
     runs = load_all(results)
     found = [f for c in COMPARISONS for f in comparison(runs, *c)]
     pooled = pools(runs)
@@ -91,7 +91,7 @@ def write(results=runner.RESULTS):
     lines += ["", "## What the measuring runs took (wall time from each record; "
               "seeds 100 on, runs side by side as the study runs them)", ""]
     lines += runtime_lines(runs)
-    lines += probes.markdown(runner.load(plans.PROBES.path(results)))
+    lines += probes.markdown(records.load(plans.PROBES.path(results)))
     lines += ["", "## Training speed per backend (`backend_speed`)", ""]
     lines += speed_lines(results)
     lines += ["", "## Kill and resume (`kills`; a checkpoint every "

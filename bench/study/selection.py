@@ -7,21 +7,22 @@ configuration as a `stats.Arm` with its updates to each target, and
 
 import os
 
+from bench.core import provenance
+from bench.core import records
 from bench.study import plans
-from bench.study import runner
 from bench.study import stats
 
 TARGETS = (0.88, 0.89, 0.90, 0.905)
 
 
-def load_all(results=runner.RESULTS):
+def load_all(results=records.RESULTS):
     """Every run of the records of the plans compared (`Plan.compared`),
     each with its record's name and its machine kind."""
     runs = []
     for name in dict.fromkeys(p.record for p in plans.PLANS.values()
                               if p.compared):
-        for r in runner.load(os.path.join(results, name + ".json")):
-            runs.append(dict(r, record=name, kind_of_machine=runner.machine_kind(
+        for r in records.load(os.path.join(results, name + ".json")):
+            runs.append(dict(r, record=name, kind_of_machine=provenance.machine_kind(
                 r.get("machine", "CPU VM (JAX)"))))
     return runs
 

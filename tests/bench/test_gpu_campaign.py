@@ -1,9 +1,8 @@
 """`python -m bench.gpu_campaign --smoke`: every part runs, on JAX and
-torch, through the study's runner, and lands in the record and the
+torch, through bench's process pool, and lands in the record and the
 Markdown (the GPU numbers need a GPU; this only proves the code that
 measures them runs). A backend that is not installed is said and left for
-later; part c hands a study plan to the runner (LARS at depth on a GPU);
-the records of before the runner convert and read as they did."""
+later; part c hands a study plan to the pool (LARS at depth on a GPU)."""
 
 import json
 import re
@@ -13,12 +12,12 @@ import keras
 import pytest
 
 import bench
-from bench.gpu_campaign import convert
+from bench.core import records
+from bench.core import runspec
+from bench.gpu_campaign import plan as gpu_plan
 from bench.gpu_campaign.report import by_part
 from bench.gpu_campaign.report import markdown
-from bench.study import gpu_check
 from bench.study import plans
-from bench.study import runner
 from keras_largebatch.train import data
 
 pytestmark = pytest.mark.skipif(
@@ -51,8 +50,8 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert record["smoke"] and record["sessions"][-1]["finished"] == [
         "compiled", "a", "b", "cuda", "c"]
     # Each task is the smoke plan's, recorded by the runner with its machine.
-    planned = {runner.run_key(s) for s in plans.GPU_SMOKE.specs}
-    assert {runner.run_key(r) for r in record["runs"]} == planned
+    planned = {runspec.run_key(s) for s in gpu_plan.GPU_SMOKE.specs}
+    assert {runspec.run_key(r) for r in record["runs"]} == planned
     assert all(r["machine"] for r in record["runs"])
     parts = by_part(record)
     a = parts["a"]["results"]
@@ -93,7 +92,7 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert not re.search(r"^(compiled|a|b|cuda|c) start ", again.stdout,
                          re.M), again.stdout
     path = str(out.with_suffix(".json"))
-    assert runner.load(path) == record["runs"] and not runner.failures(path)
+    assert records.load(path) == record["runs"] and not records.failures(path)
     assert json.loads((tmp_path / "smoke_study.json").read_text())[
         "runs"] == runs
 
@@ -101,7 +100,7 @@ def test_smoke_campaign_fills_every_part(tmp_path):
 def test_backend_not_installed_is_said_and_its_items_wait(
         tmp_path, capsys, monkeypatch, campaign_module):
     args = campaign_module.parse_args(["--smoke", "--out", str(tmp_path / "c")])
-    spec = dict(plans.GPU_SMOKE.specs[1], run_backend="no_such_backend")
+    spec = dict(gpu_plan.GPU_SMOKE.specs[1], run_backend="no_such_backend")
     monkeypatch.setattr(campaign_module, "part_specs", lambda part, a: [spec])
     session = dict(started="", command="", gpu=None, host="", python="",
                    versions={}, finished=[])
@@ -109,7 +108,7 @@ def test_backend_not_installed_is_said_and_its_items_wait(
     assert campaign_module.run_part("a", args, float("inf"), None, session)
     assert "no_such_backend is not installed here: its 1 run(s) wait" \
         in capsys.readouterr().out
-    assert runner.read(str(tmp_path / "c.json")) == {}
+    assert records.read(str(tmp_path / "c.json")) == {}
     assert session["not_installed"] == {"no_such_backend": ["a"]}
     assert session["finished"] == []
     assert "no_such_backend not installed: a" in markdown(
@@ -121,7 +120,7 @@ def test_compiled_part_runs_first_with_a_time_limit_for_torch_compile(
     args = campaign_module.parse_args(["--out", "c", "--compiled_seconds",
                                        "300"])
     assert args.parts[0] == "compiled"
-    assert gpu_check.COMPILED_SECONDS >= 300  # torch.compile of ResNet-50.
+    assert gpu_plan.COMPILED_SECONDS >= 300  # torch.compile of ResNet-50.
     specs = campaign_module.part_specs("compiled", args)
     assert specs and all(s["limit_seconds"] == 300 for s in specs)
     assert "limit_seconds" not in campaign_module.part_specs("a", args)[0]
@@ -130,7 +129,7 @@ def test_compiled_part_runs_first_with_a_time_limit_for_torch_compile(
 def _run(part, name, images, device, first=None):
     backend, model, optimizer = name.split("|")
     return dict(part=part, run_backend=backend, model=model,
-                optimizer=optimizer, settings=gpu_check.A_SETTINGS,
+                optimizer=optimizer, settings=gpu_plan.A_SETTINGS,
                 wall_seconds=1.0, finished="2026-11-27T00:00:00+00:00",
                 result=dict(images_per_s=images, median_step_s=256 / images,
                             device=device, model="m", optimizer="o",
@@ -158,51 +157,6 @@ def test_report_compares_compiled_torch_with_eager_and_jax():
 
 # A record of before the runner (2026-11-26): each part's results and
 # failures by name, part cuda one dict.
-OLD = dict(
-    smoke=False,
-    sessions=[dict(started="2026-11-26T16:00:00+00:00", command="c",
-                   parts=["b", "compiled", "cuda"], host="x86_64, 16 CPUs",
-                   gpu="NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04",
-                   python="3.12.3", versions=dict(jax="0.11.2",
-                                                  torch="2.11.0"),
-                   finished=["b"], seconds=400.0)],
-    b=dict(settings=gpu_check.B_SETTINGS, failed={}, results=dict(torch=dict(
-        SGD=1.5, LARS=3.7, backend="torch", device="NVIDIA H100 80GB HBM3",
-        seconds=3.0, finished="2026-11-26T16:01:26+00:00"))),
-    compiled=dict(settings=gpu_check.A_SETTINGS, results={}, failed={
-        "torch|keras|lso_sgd|compiled": dict(
-            error="did not finish within 110 s",
-            finished="2026-11-26T16:03:31+00:00")}),
-    cuda=dict(command="bash native/tests/device_test.sh", returncode=0,
-              summary="576 cases, 0 cases failed", passed=True,
-              compile_only=False, started="2026-11-26T16:04:00+00:00",
-              finished="2026-11-26T16:04:10+00:00"))
-
-
-def test_an_old_record_converts_to_the_plans_tasks_and_reads_the_same():
-    new = convert.convert(OLD)
-    planned = {runner.run_key(s) for s in plans.GPU_CHECK.specs}
-    assert [runner.run_key(r) for r in new["runs"]] == ["b|torch", "cuda"]
-    assert [runner.run_key(r) for r in new["failed"]] == [
-        "compiled|keras|lso_sgd|torch"]
-    assert {runner.run_key(r) for r in new["runs"] + new["failed"]} <= planned
-    assert new["runs"][0]["machine"] == (
-        "one NVIDIA H100 80GB HBM3 (torch 2.11.0), 2026-11-26")
-    assert new["sessions"] == OLD["sessions"]
-    table = markdown(new)
-    assert "| torch | NVIDIA H100 80GB HBM3 | 3.70 | 1.50 |" in table
-    assert "| torch|keras|lso_sgd|compiled | – | – | failed: did not finish " \
-        "within 110 s |" in table
-    assert "`bash native/tests/device_test.sh`: exit 0, 576 cases, 0 cases " \
-        "failed" in table
-
-
-def test_the_command_refuses_an_old_record(tmp_path, campaign_module):
-    (tmp_path / "old.json").write_text(json.dumps(OLD))
-    with pytest.raises(SystemExit, match="bench.gpu_campaign.convert"):
-        campaign_module.main(["--out", str(tmp_path / "old"), "--parts", "b"])
-
-
 def test_part_c_runs_lars_at_depth_side_by_side_by_default(campaign_module):
     args = campaign_module.parse_args(["--out", "c"])
     assert (args.study_plan, args.study_workers) == ("depth", 12)

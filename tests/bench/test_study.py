@@ -12,13 +12,16 @@ import sys
 import pytest
 
 import bench
+from bench.core import pool
+from bench.core import provenance
+from bench.core import records
+from bench.core import runspec
 from bench.study import appendix
 from bench.study import baselines
 from bench.study import depth
 from bench.study import findings
 from bench.study import plans
 from bench.study import recheck
-from bench.study import runner
 from bench.study import selection
 from keras_largebatch.train import data
 
@@ -29,16 +32,16 @@ def _records():
 
 @pytest.mark.parametrize("record", _records())
 def test_every_recorded_run_is_regenerated_by_a_plan(record):
-    path = os.path.join(runner.RESULTS, record + ".json")
-    runs = runner.load(path)
+    path = os.path.join(records.RESULTS, record + ".json")
+    runs = records.load(path)
     # The probes wait on their trajectory, which ran outside the record.
     given = runs + [plans.TRAJECTORY]
-    planned = {runner.run_key(s) for p in plans.PLANS.values()
+    planned = {runspec.run_key(s) for p in plans.PLANS.values()
                if p.record == record for s in p.all_specs(given)}
-    orphans = [runner.run_key(r) for r in runs
-               if runner.run_key(r) not in planned]
+    orphans = [runspec.run_key(r) for r in runs
+               if runspec.run_key(r) not in planned]
     assert orphans == []
-    assert len({runner.run_key(r) for r in runs}) == len(runs)
+    assert len({runspec.run_key(r) for r in runs}) == len(runs)
 
 
 def test_the_report_reads_the_records_its_plans_name(tmp_path):
@@ -48,7 +51,7 @@ def test_the_report_reads_the_records_its_plans_name(tmp_path):
     for plan, value in ((plans.DECISIVE, 0.5), (plans.LARS_VS_SGD, 0.6),
                         (plans.SMOKE, 0.7)):
         spec = plan.all_specs()[0]
-        runner.save(plan.path(str(tmp_path)), [dict(spec, val_accuracy=value)])
+        records.save(plan.path(str(tmp_path)), [dict(spec, val_accuracy=value)])
     runs = selection.load_all(str(tmp_path))
     assert {(r["record"], r["val_accuracy"]) for r in runs} == {
         ("batch_scaling_study", 0.5), ("large_batch_study", 0.6)}
@@ -67,13 +70,13 @@ def test_command_lines_are_those_the_recorded_runs_ran_with():
                     label_smoothing="0.1", bn_momentum="0.9", augment="none",
                     precision="float32", lr_scaling="none", verbose="0")
     fixed = plans.fixed(1024, 0.8, [3])[0]
-    assert _flags(runner.command_line(fixed, "w")) == dict(
+    assert _flags(runspec.command_line(fixed, "w")) == dict(
         workload, global_batch_size="1024", optimizer="sgd", epochs="24",
         warmup_epochs=str(24 / 18), base_learning_rate="0.8", seed="3",
         gradient_accumulation_steps="4", evals_per_epoch="4")
     # Today's defaults spelled out: from 512 at 4 x 0.2 (linear), c 4.
     grown = plans.grown("start4_c4_linear_1024", 0.2, [7])[0]
-    assert _flags(runner.command_line(grown, "w")) == dict(
+    assert _flags(runspec.command_line(grown, "w")) == dict(
         workload, global_batch_size="512", optimizer="sgd", epochs="24",
         warmup_epochs=str(24 / 18), base_learning_rate="0.8", seed="7",
         gradient_accumulation_steps="8", evals_per_epoch="4",
@@ -81,7 +84,7 @@ def test_command_lines_are_those_the_recorded_runs_ran_with():
         adaptive_learning_rate="linear", adaptive_start_multiple="1",
         max_global_batch_size="1024")
     probe = plans.probe(3, 1024, 2)
-    flags = _flags(runner.command_line(probe, "w"))
+    flags = _flags(runspec.command_line(probe, "w"))
     assert flags["init_weights"] == os.path.join(
         "w", "fixed_sgd_24_128_0.2_0_trajectory", "checkpoints",
         "epoch_003.weights.h5")
@@ -109,7 +112,7 @@ def test_the_fixed_ramp_is_what_the_grown_runs_did_on_other_seeds():
     """`RAMP_SCHEDULE`, written in advance, is the batch per epoch of every
     grown default run at 0.4 on the scaling plan's seeds 0-4, none of
     which the baselines measure on."""
-    runs = runner.load(os.path.join(runner.RESULTS,
+    runs = records.load(os.path.join(records.RESULTS,
                                     "batch_scaling_study.json"))
     source = [r for r in runs if r.get("kind") == "grown"
               and r["variant"] == "default" and r["rate"] == 0.4
@@ -138,7 +141,7 @@ def test_the_baselines_command_lines_pass_the_commands_checks(tmp_path):
     assert len(specs) == 10 + 10 + len(plans.BASELINE_LONG_SEEDS)
     for spec in specs:
         config = train_main.parse(
-            ["prog"] + runner.command_line(spec, str(tmp_path)))
+            ["prog"] + runspec.command_line(spec, str(tmp_path)))
         adaptive = config.adaptive
         if spec["kind"] == "ramp":
             assert (adaptive.adaptive_batch, adaptive.batch_schedule,
@@ -231,23 +234,23 @@ def test_runs_waiting_on_others_start_in_the_same_call(tmp_path, monkeypatch):
         " open(os.path.join(d, 'summary.json'), 'w'))\n"
         "open(os.path.join(d, 'history.csv'), 'w').write("
         "'val_accuracy,val_loss,loss,images_per_sec\\n0.5,1,1,10\\n')\n")
-    monkeypatch.setattr(runner, "train_command",
+    monkeypatch.setattr(runspec, "train_command",
                         lambda argv: [sys.executable, "-c", fake, *argv])
     first = plans.fixed(32, 0.1, [0], epochs=1)[0]
     second = plans.fixed(32, 0.2, [0], epochs=1)[0]
 
     def plan(runs):
-        done = {runner.run_key(r) for r in runs}
-        return [first] + ([second] if runner.run_key(first) in done else [])
+        done = {runspec.run_key(r) for r in runs}
+        return [first] + ([second] if runspec.run_key(first) in done else [])
 
     log = []
     record = str(tmp_path / "record.json")
-    finished = runner.run(plan, record, str(tmp_path / "runs"), workers=2,
+    finished = pool.run(plan, record, str(tmp_path / "runs"), workers=2,
                           log=log.append)
-    assert [runner.run_key(r) for r in finished] == [
-        runner.run_key(first), runner.run_key(second)]
+    assert [runspec.run_key(r) for r in finished] == [
+        runspec.run_key(first), runspec.run_key(second)]
     assert [m.split()[0] for m in log] == ["start", "done", "start", "done"]
-    assert runner.run(plan, record, str(tmp_path / "runs"), log=log.append) == []
+    assert pool.run(plan, record, str(tmp_path / "runs"), log=log.append) == []
 
 
 def _arm_runs(kind, values, machine):
@@ -288,14 +291,14 @@ def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
         runs = json.load(f)["runs"]
     assert sorted(r["kind"] for r in runs) == ["fixed", "grown"]
     for r in runs:
-        assert runner.machine_kind(r["machine"]).startswith("CPU VM / ")
+        assert provenance.machine_kind(r["machine"]).startswith("CPU VM / ")
         assert len(r["val_accuracy_per_epoch"]) == 2 and r["evals"]
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                            cwd=tmp_path, env=bench.environ())
     assert again.returncode == 0 and "start" not in again.stdout
     # Its first epoch again at this code, compared with the record: the same
     # machine and code give the same numbers, bit for bit.
-    key = next(runner.run_key(r) for r in runs if r["kind"] == "fixed")
+    key = next(runspec.run_key(r) for r in runs if r["kind"] == "fixed")
     spec, fixed = recheck.find(plans.SMOKE, key, str(results))
     assert fixed["code"]["versions"]["keras"]
     rows = recheck.rerun(spec, fixed, 1, str(tmp_path / "again"),
@@ -318,29 +321,29 @@ def test_a_program_spec_runs_its_module_and_records_its_result(
     and a rerun skips it."""
     spec = dict(kind="kill", setup="torch", kill=21, seed=0,
                 run_backend="torch", program="kills.py")
-    assert runner.process_command(spec, "W") == [
+    assert runspec.process_command(spec, "W") == [
         sys.executable, "-m", "bench.study.kills", json.dumps(spec), "W"]
     # A stand-in for the program, started as the runner starts it.
     program = (
         "import json, os, sys\n"
         "assert %r in os.environ['PYTHONPATH'].split(os.pathsep)\n"
-        "from bench.study import runner\n"
+        "from bench.core import runspec\n"
         "spec, work = json.loads(sys.argv[1]), sys.argv[2]\n"
         "json.dump(dict(twice=2 * spec['kill']), open(os.path.join("
-        "runner.model_dir(spec, work), 'result.json'), 'w'))\n" % bench.ROOT)
-    real = runner.process_command
-    monkeypatch.setattr(runner, "process_command", lambda s, w, d="": [
+        "runspec.model_dir(spec, work), 'result.json'), 'w'))\n" % bench.ROOT)
+    real = runspec.process_command
+    monkeypatch.setattr(runspec, "process_command", lambda s, w, d="": [
         sys.executable, "-c", program, *real(s, w, d)[3:]])
     record = str(tmp_path / "record.json")
     log = []
-    finished = runner.run([spec], record, str(tmp_path / "runs"),
+    finished = pool.run([spec], record, str(tmp_path / "runs"),
                           log=log.append)
     assert [r["twice"] for r in finished] == [42], log
-    assert runner.run_key(finished[0]) == "kill|0|torch|torch|21"
+    assert runspec.run_key(finished[0]) == "kill|0|torch|torch|21"
     assert finished[0]["program"] == "kills.py"
     assert "(torch " in finished[0]["machine"]
-    assert runner.load(record) == finished
-    assert runner.run([spec], record, str(tmp_path / "runs")) == []
+    assert records.load(record) == finished
+    assert pool.run([spec], record, str(tmp_path / "runs")) == []
 
 
 def test_the_kills_program_starts_as_a_module_from_any_folder(tmp_path):
@@ -361,8 +364,8 @@ def test_the_kills_plan_covers_every_setup_and_the_report_tabulates_it():
     damaged = [s for s in kills if s.get("fault") == "damage"]
     assert {s["setup"] for s in damaged} == {"jax", "torch", "tensorflow"}
     # A damaged kill is its own run: its key differs from the plain kill's.
-    plain = {runner.run_key(s) for s in kills if "fault" not in s}
-    assert not plain & {runner.run_key(s) for s in damaged}
+    plain = {runspec.run_key(s) for s in kills if "fault" not in s}
+    assert not plain & {runspec.run_key(s) for s in damaged}
     table = appendix.kill_lines()
     # The recorded campaign: every setup's kills resumed bit for bit.
     for setup in plans.kills.SETUPS:
@@ -593,7 +596,7 @@ def test_the_default_row_is_the_plans_rate_10_run_at_4096():
     sweep = [_depth_run(H200, "lars_mixed", r, 100, 100 if r == 20 else None,
                         0.7) for r in plans.depth_rates("lars_mixed", 4096)]
     (spec,) = plans.DEPTH.then(sweep)
-    assert runner.run_key(spec) == runner.run_key(dict(
+    assert runspec.run_key(spec) == runspec.run_key(dict(
         spec, rate=rate)) and spec["warmup_epochs"] == warmup
     found = depth.depth_findings(sweep + [dict(
         spec, kind_of_machine=CPU_TF, record="r", val_accuracy=0.9,

@@ -4,11 +4,12 @@ Holm count over the page's verdicts, and records that name their code."""
 
 import re
 
+from bench.core import provenance
+from bench.core import runspec
 from bench.study import audit
 from bench.study import baselines
 from bench.study import momentum
 from bench.study import plans
-from bench.study import runner
 from bench.study import stats
 
 CPU_TF, H200 = "CPU VM / TensorFlow", "H200 / JAX"
@@ -40,12 +41,12 @@ def test_the_nesterov_sweep_is_both_warmups_by_five_rates_on_seed_100():
     assert {s["seed"] for s in sweep} == {100}
     # The warmup LARSMixed had (5/42 of 12 epochs), Nesterov on, 4,096.
     assert abs(plans.MOMENTUM_WARMUPS[0] - 12 * 5 / 42) < 1e-12
-    argv = dict(a[2:].split("=", 1) for a in runner.command_line(sweep[0], "w"))
+    argv = dict(a[2:].split("=", 1) for a in runspec.command_line(sweep[0], "w"))
     assert argv["nesterov"] == "true" and argv["global_batch_size"] == "4096"
     assert argv["optimizer"] == "sgd" and argv["resnet_depth"] == "20"
     # LARSMixed and LAMBMixed get seeds 104-105; LAMBMixed's 0.032 and 0.064
     # a key of their own on TensorFlow beside the H200 runs of those rates.
-    keys = {runner.run_key(s) for s in specs}
+    keys = {runspec.run_key(s) for s in specs}
     assert "resnet20_w16|fixed|lars_mixed|12|4096|5|105" in keys
     assert "resnet20_w16|fixed|lamb_mixed|12|4096|0.064|100|tensorflow" in keys
 
@@ -66,7 +67,7 @@ def test_the_best_is_chosen_within_one_machine_kind_and_extends_at_an_edge():
 
 def test_the_plan_measures_the_best_on_seeds_101_to_105_once_chosen(
         monkeypatch):
-    monkeypatch.setattr(runner, "machine", lambda backend=None: STAMP[CPU_TF])
+    monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
     best = (plans.MOMENTUM_WARMUPS[0], 0.2)
     later = plans.MOMENTUM.then(_sweep(CPU_TF, best))
     assert [(s["seed"], s["rate"], s["variant"]) for s in later] == [
@@ -125,8 +126,8 @@ def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
     assert schedules == {"linear_ramp": plans.LINEAR_RAMP,
                          "doubling": "0:128,2:256,4:512,6:1024"}
     # Their keys are apart from the peeked ramp's, which selects no variant.
-    peeked = {runner.run_key(s) for s in plans.BASELINES.all_specs()}
-    assert not peeked & {runner.run_key(s) for s in specs}
+    peeked = {runspec.run_key(s) for s in plans.BASELINES.all_specs()}
+    assert not peeked & {runspec.run_key(s) for s in specs}
     names = [n for n, sel, _ in baselines.BASELINE_ARMS if sel["kind"] == "ramp"]
     assert len(names) == 3 and "written without the noise scale" in names[1]
 
@@ -186,10 +187,10 @@ def test_the_audit_counts_verdicts_and_marks_those_holm_undoes():
 
 
 def test_a_record_names_its_commit_tree_and_versions():
-    code = runner.code("jax")
+    code = provenance.code("jax")
     assert code["commit"] is None or re.fullmatch(r"[0-9a-f]{40}",
                                                   code["commit"])
     assert isinstance(code["dirty"], bool)
     assert set(code["versions"]) == {"keras-largebatch", "keras", "jax"}
     assert code["versions"]["keras"]
-    assert runner.stamp({"run_backend": "jax"})["code"] == code
+    assert provenance.stamp({"run_backend": "jax"})["code"] == code

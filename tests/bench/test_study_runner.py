@@ -1,4 +1,4 @@
-"""The runner's tasks (`bench/study/runner.py`, the GPU check's kind of
+"""The process pool's tasks (`bench/core/pool.py`, the GPU check's kind of
 spec), run as stand-in modules that print `RESULT <json>`: a result is
 recorded with its machine, a failure or a task past its time limit is
 recorded with its error and never started again, a backend that is not
@@ -11,7 +11,10 @@ import time
 
 import pytest
 
-from bench.study import runner
+from bench.core import pool
+from bench.core import provenance
+from bench.core import records
+from bench.core import runspec
 
 # A task module: does what its spec's `act` says, then prints its result.
 FAKE = """
@@ -39,10 +42,10 @@ print("RESULT " + json.dumps(dict(twice=2 * spec.get("value", 1))))
 
 @pytest.fixture
 def tasks(tmp_path, monkeypatch):
-    """(a task spec's maker, the keyword arguments of `runner.run` with a
+    """(a task spec's maker, the keyword arguments of `pool.run` with a
     log, the record's path): the stand-in module on `PYTHONPATH`."""
     (tmp_path / "fake_task.py").write_text(FAKE)
-    monkeypatch.setattr(runner, "POLL", 0.05)
+    monkeypatch.setattr(pool, "POLL", 0.05)
     log = []
 
     def task(model, act="print", part="x", **extra):
@@ -59,40 +62,40 @@ def tasks(tmp_path, monkeypatch):
 def test_a_task_result_is_recorded_with_its_machine_and_skipped_again(tasks):
     task, kwargs, log = tasks
     spec = task("ok", value=21, run_backend="jax")
-    assert runner.run_key(spec) == "x|ok|jax"
-    finished = runner.run([spec], **kwargs)
+    assert runspec.run_key(spec) == "x|ok|jax"
+    finished = pool.run([spec], **kwargs)
     assert [r["result"] for r in finished] == [dict(twice=42)]
     assert finished[0]["module"] == "fake_task"
-    assert runner.machine_kind(finished[0]["machine"]).endswith("/ JAX")
-    assert runner.load(kwargs["record_path"]) == finished
+    assert provenance.machine_kind(finished[0]["machine"]).endswith("/ JAX")
+    assert records.load(kwargs["record_path"]) == finished
     log.clear()
-    assert runner.run([spec], **kwargs) == [] and log == []
+    assert pool.run([spec], **kwargs) == [] and log == []
 
 
 def test_a_failed_task_is_recorded_with_its_error_and_the_next_runs(tasks):
     task, kwargs, log = tasks
     specs = [task("broken", "fail"), task("mute", "silent"), task("ok")]
-    finished = runner.run(specs, **kwargs)
-    assert [runner.run_key(r) for r in finished] == ["x|ok"]
-    failed = runner.failures(kwargs["record_path"])
-    assert [(runner.run_key(r), r["error"].splitlines()[-1]) for r in failed] \
+    finished = pool.run(specs, **kwargs)
+    assert [runspec.run_key(r) for r in finished] == ["x|ok"]
+    failed = records.failures(kwargs["record_path"])
+    assert [(runspec.run_key(r), r["error"].splitlines()[-1]) for r in failed] \
         == [("x|broken", "it broke"), ("x|mute", "no RESULT line")]
     assert all(r["machine"] for r in failed)
     assert "failed x|broken (exit 1): it broke" in log
     # No later call starts a failed task again.
     log.clear()
-    assert runner.run(specs, **kwargs) == [] and log == []
+    assert pool.run(specs, **kwargs) == [] and log == []
 
 
 def test_a_task_past_its_time_limit_is_stopped_and_recorded_failed(tasks):
     task, kwargs, log = tasks
     specs = [task("slow", "sleep", seconds=600, limit_seconds=1), task("ok")]
-    assert [runner.run_key(r) for r in runner.run(specs, **kwargs)] == ["x|ok"]
-    (failed,) = runner.failures(kwargs["record_path"])
+    assert [runspec.run_key(r) for r in pool.run(specs, **kwargs)] == ["x|ok"]
+    (failed,) = records.failures(kwargs["record_path"])
     assert failed["error"].endswith("did not finish within 1 s")
     assert "failed x|slow (time limit): did not finish within 1 s" in log
     log.clear()
-    assert runner.run(specs, **kwargs) == [] and log == []
+    assert pool.run(specs, **kwargs) == [] and log == []
 
 
 def test_a_backend_not_installed_is_said_once_and_its_tasks_wait(tasks):
@@ -100,15 +103,15 @@ def test_a_backend_not_installed_is_said_once_and_its_tasks_wait(tasks):
     absent = [task(m, run_backend="no_such_backend") for m in ("m1", "m2")]
     # A plan asked again after each finished task says it once a call.
     specs = absent + [task("ok"), task("ok2")]
-    finished = runner.run(lambda runs: specs, **dict(kwargs, workers=2))
-    assert sorted(runner.run_key(r) for r in finished) == ["x|ok", "x|ok2"]
+    finished = pool.run(lambda runs: specs, **dict(kwargs, workers=2))
+    assert sorted(runspec.run_key(r) for r in finished) == ["x|ok", "x|ok2"]
     said = [m for m in log if "no_such_backend" in m]
     assert said == ["no_such_backend is not installed here: its 2 run(s) "
                     "wait for a call where it is"]
-    assert runner.failures(kwargs["record_path"]) == []
+    assert records.failures(kwargs["record_path"]) == []
     # The next call says it again, and they still wait.
     log.clear()
-    assert runner.run(specs, **kwargs) == []
+    assert pool.run(specs, **kwargs) == []
     assert log == said
 
 
@@ -117,15 +120,15 @@ def test_a_task_that_finds_no_gpu_stops_the_call(tasks, tmp_path):
     pid_file = tmp_path / "sleeper.pid"
     specs = [task("sleeper", "sleep", seconds=600, pid_file=str(pid_file)),
              task("gpu", "no_gpu", wait_for=str(pid_file)), task("after")]
-    with pytest.raises(runner.NoGPU, match=re.escape(
+    with pytest.raises(pool.NoGPU, match=re.escape(
             "x|gpu: jax sees no GPU (cpu: cpu); it needs a GPU")):
-        runner.run(specs, **dict(kwargs, workers=2))
+        pool.run(specs, **dict(kwargs, workers=2))
     # The task running beside it is stopped; nothing after it starts, and
     # nothing is recorded: a machine with a GPU runs them all.
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
     assert not any(m.startswith("start x|after") for m in log)
-    assert runner.read(kwargs["record_path"]) == {}
+    assert records.read(kwargs["record_path"]) == {}
 
 
 def test_no_task_starts_once_one_is_expected_to_end_after_the_budget(tasks):
@@ -135,17 +138,17 @@ def test_no_task_starts_once_one_is_expected_to_end_after_the_budget(tasks):
     task, kwargs, log = tasks
     specs = [task("first", "until", until=time.time() + 5), task("second"),
              task("other", part="y")]
-    finished = runner.run(specs, **dict(kwargs, budget=8))
-    assert [runner.run_key(r) for r in finished] == ["x|first"]
+    finished = pool.run(specs, **dict(kwargs, budget=8))
+    assert [runspec.run_key(r) for r in finished] == ["x|first"]
     assert [m.split(":")[0] for m in log if m.startswith("not started")] == [
         "not started x|second"]
-    assert runner.failures(kwargs["record_path"]) == []
+    assert records.failures(kwargs["record_path"]) == []
 
 
 def test_a_task_running_at_the_end_of_the_budget_is_stopped_for_a_rerun(
         tasks):
     task, kwargs, log = tasks
     spec = task("long", "sleep", seconds=600)
-    assert runner.run([spec], **dict(kwargs, budget=1)) == []
+    assert pool.run([spec], **dict(kwargs, budget=1)) == []
     assert "stopped x|long at the end of the budget" in log
-    assert runner.read(kwargs["record_path"]) == {}
+    assert records.read(kwargs["record_path"]) == {}

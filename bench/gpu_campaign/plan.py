@@ -1,9 +1,13 @@
-"""The GPU check's parts compiled, a, b and cuda as run specs: the plans
-`gpu_check` and `gpu_smoke` (`plans.py`), tasks of the one runner
-(`runner.py`), each `python -m bench.gpu_campaign.tasks SPEC` on its
-backend, run one at a time by `python -m bench.gpu_campaign` into its
-record. What each part measures and its targets: bench/README.md.
+"""The GPU check's plan, in one place: its parts compiled, a, b and cuda as
+task specs of bench's process pool (`bench/core/pool.py`), each `python -m
+bench.gpu_campaign.tasks SPEC` on its backend, run one at a time by `python
+-m bench.gpu_campaign` into its record: the plans `GPU_CHECK` and
+`GPU_SMOKE` (tiny sizes, on a CPU, through the same code). Part c is a
+study plan (`bench/study/plans.py`). What each part measures and its
+targets: bench/README.md.
 """
+
+from bench.core.plan import Plan
 
 TASKS = "bench.gpu_campaign.tasks"
 PARTS = ("compiled", "a", "b", "cuda")
@@ -60,3 +64,10 @@ def specs(smoke=False):
                 settings=SMOKE_B_SETTINGS if smoke else B_SETTINGS,
                 smoke=smoke) for backend in B_BACKENDS]
         + [dict(part="cuda", module=TASKS, arch=CUDA_ARCH, smoke=smoke)])
+
+
+GPU_CHECK = Plan("gpu_check", "gpu_campaign",
+                 "The GPU check's parts compiled, a, b and cuda", specs())
+GPU_SMOKE = Plan("gpu_smoke", "gpu_campaign_smoke",
+                 "The GPU check's smoke: its tasks at tiny sizes",
+                 specs(smoke=True))

@@ -1,0 +1,188 @@
+"""The process pool of every study and of the GPU check: runs the specs
+(`runspec.py`) not yet in a record, a few processes at a time within a time
+budget, and writes each finished run into the record with its machine
+stamp (`provenance.stamp`).
+
+A task (a spec with a `module`) does not resume, so one that fails or runs
+past its `limit_seconds` is recorded under `failed` with its error, and no
+call starts it again; none starts once one is expected to end after the
+budget (taking as long as the longest of its part and backend in this
+call); and one that exits `NO_GPU` stops the call (`NoGPU`). A spec whose
+`run_backend` is not installed is said once a call and left for a call
+where it is.
+"""
+
+import collections
+import datetime
+import importlib.util
+import os
+import signal
+import subprocess
+import time
+
+import bench
+from bench.core import provenance
+from bench.core import records
+from bench.core import runspec
+
+NO_GPU = 3  # A task's exit status: no GPU where it needs one.
+POLL = 1.0  # Seconds between looks at the running processes.
+
+
+class NoGPU(SystemExit):
+    """A task found no GPU where it needs one: the call stops (a GPU
+    machine that sees none would spend its time measuring nothing)."""
+
+
+def installed(backend):
+    """Whether the package of `backend` (a Keras backend) is here."""
+    return importlib.util.find_spec(backend) is not None
+
+
+def _start(spec, work_dir, data_dir, env):
+    """The process of `spec`, its stderr (and a task's stdout) in the run's
+    folder; a task in a process group of its own, stopped whole."""
+    directory = runspec.model_dir(spec, work_dir)
+    os.makedirs(directory, exist_ok=True)
+    own = dict(os.environ if env is None else env,
+               **({"KERAS_BACKEND": spec["run_backend"]}
+                  if "run_backend" in spec else {}))
+    task = "module" in spec
+    if task or "program" in spec:
+        own = bench.environ(own)
+    with open(os.path.join(directory, "stderr.txt"), "w") as err, \
+            open(os.path.join(directory, "stdout.txt") if task
+                 else os.devnull, "w") as out:
+        return subprocess.Popen(runspec.process_command(spec, work_dir, data_dir),
+                                stdout=out, stderr=err, env=own,
+                                start_new_session=task)
+
+
+def stop(proc, group):
+    """Stops a process (`group`: with its process group), killed where it
+    has not ended 30 s after being asked to."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stderr(directory):
+    with open(os.path.join(directory, "stderr.txt")) as f:
+        return f.read().strip()
+
+
+def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
+        log=print, env=None):
+    """Runs the specs not yet in the record (nor failed there), `workers`
+    processes at a time, in order. `specs` is a list, or a function of the
+    record's runs returning one (a plan's `all_specs`): asked again after
+    each finished run, so that runs waiting on others (a sweep's best rate)
+    start as soon as they can. With `budget` (seconds) no run starts after
+    it has passed (nor a task expected to end after it), and runs still
+    going at its end are stopped (a training run's epoch checkpoints let a
+    rerun resume it). A failed run is logged with its stderr's last line
+    and not started again by this call; a failed task is also recorded.
+    The processes start from `env` (default this one's environment).
+    Returns the runs finished by this call; raises `NoGPU` where a task
+    exited `NO_GPU`."""
+    plan = specs if callable(specs) else (lambda runs: specs)
+    deadline = time.monotonic() + budget if budget else float("inf")
+    busy, finished, tried, said = {}, [], set(), set()
+    longest = {}  # A task's (part, backend): the longest one in this call.
+
+    def todo(runs):
+        done = {runspec.run_key(r) for r in runs
+                + records.failures(record_path)} | tried
+        left = [s for s in plan(runs) if runspec.run_key(s) not in done]
+        absent = collections.Counter(
+            s["run_backend"] for s in left
+            if "run_backend" in s and not installed(s["run_backend"]))
+        for backend in set(absent) - said:
+            said.add(backend)
+            log(f"{backend} is not installed here: its {absent[backend]} "
+                "run(s) wait for a call where it is")
+        return [s for s in left if s.get("run_backend") not in absent]
+
+    waiting, closed = todo(records.load(record_path)), False
+    while waiting or busy:
+        while waiting and len(busy) < workers and not closed:
+            spec, clock = waiting[0], time.monotonic()
+            cost = (longest.get((spec.get("part"), spec.get("run_backend")), 0)
+                    if "module" in spec else 0)
+            if clock + cost > deadline:
+                closed = clock < deadline
+                if closed:
+                    log(f"not started {runspec.run_key(spec)}: it would end after the "
+                        f"budget ({cost:.0f} s, {deadline - clock:.0f} s left)")
+                break
+            waiting.pop(0)
+            tried.add(runspec.run_key(spec))
+            busy[_start(spec, work_dir, data_dir, env)] = (spec, clock)
+            log(f"start {runspec.run_key(spec)}")
+        if closed or time.monotonic() >= deadline:
+            waiting, closed = [], True
+        time.sleep(POLL)
+        for proc in list(busy):
+            spec, started = busy[proc]
+            took, limit = time.monotonic() - started, spec.get("limit_seconds")
+            over = limit is not None and took >= limit
+            past = time.monotonic() >= deadline
+            if proc.poll() is None and not over and not past:
+                continue
+            busy.pop(proc)
+            key, directory = runspec.run_key(spec), runspec.model_dir(spec, work_dir)
+            task, code, record = "module" in spec, proc.poll(), None
+            if code is None:
+                stop(proc, task)
+                if past:
+                    log(f"stopped {key} at the end of the budget")
+                    continue
+                error = (_stderr(directory)
+                         + f"\ndid not finish within {limit:g} s").strip()
+            elif task and code == NO_GPU:
+                for other in busy:
+                    stop(other, "module" in busy[other][0])
+                said = (_stderr(directory).splitlines() or ["exit 3"])[-1]
+                raise NoGPU(f"{key}: {said}; it needs a GPU")
+            else:
+                record = None if code else runspec.collect(spec, directory, took)
+                error = _stderr(directory) or f"exit {code}"
+                if not code:
+                    error += "\nno RESULT line"
+            if record is None:
+                line = (error.splitlines() or ["?"])[-1]
+                log(f"{'failed' if task else 'stopped'} {key} ("
+                    + ("time limit" if code is None else f"exit {code}")
+                    + f"): {line}")
+                if task:
+                    records.save(
+                        record_path, records.load(record_path),
+                        failed=records.failures(record_path) + [dict(
+                            spec, error=error[-2000:],
+                            **provenance.stamp(spec),
+                            wall_seconds=round(took, 1))])
+                continue
+            if task:
+                cost = (spec.get("part"), spec.get("run_backend"))
+                longest[cost] = max(longest.get(cost, 0), took)
+            record.update(provenance.stamp(spec))
+            runs = records.load(record_path) + [record]
+            records.save(record_path, runs,
+                         updated=datetime.date.today().isoformat())
+            finished.append(record)
+            log(f"done {key}" + (f": val {record['val_accuracy']:.4f}"
+                                 if "val_accuracy" in record else
+                                 f" ({took:.0f} s)" if task else ""))
+            if not closed:
+                waiting = todo(runs)
+    return finished

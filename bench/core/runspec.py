@@ -1,0 +1,150 @@
+"""A run spec, its key, its folder, its process and its record.
+
+A run spec is a dict: `workload` (a name in `WORKLOADS`), `kind` (`fixed`,
+`grown`, `probe`; the retired LARS study's records have a `phase`),
+`optimizer`, `batch` (the update batch; a grown run's first), `rate` (the
+peak), `seed`, `epochs`, `warmup_epochs`, and optionally `variant`, `flags`
+(the command's other flags; `{work_dir}` in a value is the runs' folder),
+`run_backend` (default KERAS_BACKEND's), `micro` (the batch norm batch,
+default 256: larger batches accumulate), `evals` (an epoch, default 4),
+`limit_seconds` (stopped after them).
+A spec with a `program` (a module of `bench/study/`, named by its file:
+`kills.py` runs `python -m bench.study.kills`) runs it instead of the
+command, with the repository's root on `PYTHONPATH`: given the spec as JSON
+and the runs' folder, it writes `result.json` in the run's folder, and
+that is its record.
+A spec with a `module` is a task (the GPU check's,
+`bench/gpu_campaign/plan.py`), named by its `part`, `model`, `optimizer`
+and `run_backend`: `python -m <module> SPEC`, the root on `PYTHONPATH`,
+prints `RESULT <json>`, its record's `result` (how the pool treats a task:
+`pool.py`).
+`run_key` names a spec and its run's record alike: a rerun skips what is
+done.
+"""
+
+import csv
+import json
+import os
+import sys
+
+import bench
+
+# The study's networks on Fashion-MNIST: the command's flags of each.
+_COMMON = dict(dataset="fashion_mnist", weight_decay=5e-4, label_smoothing=0.1,
+               bn_momentum=0.9, augment="none", precision="float32")
+WORKLOADS = {
+    "resnet8_w4": dict(_COMMON, model="resnet_cifar", resnet_depth=8,
+                       resnet_width=4),
+    "resnet20_w16": dict(_COMMON, model="resnet_cifar", resnet_depth=20,
+                         resnet_width=16),
+}
+KEY_FIELDS = ("part", "model", "workload", "kind", "phase", "optimizer",
+              "epochs", "batch", "rate", "seed", "variant", "epoch_at",
+              "steps", "run_backend", "setup", "kill", "fault")
+KEY_FIELDS = ("part", "model", "workload", "kind", "phase", "optimizer",
+              "epochs", "batch", "rate", "seed", "variant", "epoch_at",
+              "steps", "run_backend", "setup", "kill", "fault")
+
+
+def run_key(spec):
+    """'kind|optimizer|epochs|batch|rate|seed[|variant...]': the fields of
+    `KEY_FIELDS` the spec (or record) has, the rate to 6 digits; the default
+    workload (`resnet8_w4`) is left out, and `phase` where `kind` is set.
+    A task's: 'part[|model|optimizer]|run_backend'."""
+    parts = []
+    for field in KEY_FIELDS:
+        value = spec.get(field)
+        if value is None or (field == "workload" and value == "resnet8_w4") \
+                or (field == "phase" and "kind" in spec):
+            continue
+        parts.append(f"{value:.6g}" if field == "rate" else str(value))
+    return "|".join(parts)
+
+
+def model_dir(spec, work_dir):
+    return os.path.join(work_dir, run_key(spec).replace("|", "_"))
+
+
+def command_line(spec, work_dir, data_dir=""):
+    """The `keras-largebatch-train` arguments of one run (no program name)."""
+    flags = dict(WORKLOADS[spec.get("workload", "resnet8_w4")])
+    micro = spec.get("micro", 256)
+    flags.update(
+        model_dir=model_dir(spec, work_dir), global_batch_size=spec["batch"],
+        optimizer=spec["optimizer"], epochs=spec["epochs"],
+        warmup_epochs=spec["warmup_epochs"], lr_scaling="none",
+        base_learning_rate=spec["rate"], seed=spec["seed"],
+        gradient_accumulation_steps=max(1, spec["batch"] // micro),
+        evals_per_epoch=spec.get("evals", 4), verbose=0)
+    if spec.get("kind") == "grown":
+        # The grown batch starts as 2 micro-batches of half the first batch
+        # (Keras accumulates from 2 on).
+        flags.update(gradient_accumulation_steps=2, adaptive_batch="noise_scale")
+    flags.update({name: str(value).format(work_dir=work_dir)
+                  for name, value in spec.get("flags", {}).items()})
+    if data_dir:
+        flags["data_dir"] = data_dir
+    return [f"--{name}={value}" for name, value in flags.items()]
+
+
+def train_command(argv):
+    """The process command line of `keras-largebatch-train argv`."""
+    return [sys.executable, "-c",
+            "from keras_largebatch.train.main import run; run()", *argv]
+
+
+def process_command(spec, work_dir, data_dir=""):
+    """The process of one run: the spec's task `module` or `program`, else
+    the command."""
+    if "module" in spec:
+        return bench.command(spec["module"], json.dumps(spec))
+    if "program" in spec:
+        module = "bench.study." + spec["program"].removesuffix(".py")
+        return bench.command(module, json.dumps(spec), work_dir)
+    return train_command(command_line(spec, work_dir, data_dir))
+
+
+def collect(spec, directory, wall_seconds):
+    """The record of a finished run, from its `summary.json`, `history.csv`
+    and `evals.csv`: final and per-epoch accuracy and loss, the
+    evaluations within epochs [(epoch, updates, val_accuracy), ...], and a
+    grown run's batch and B_simple per epoch and its updates; a program's
+    `result.json`; a task's last `RESULT` line (None where it printed
+    none)."""
+    if "module" in spec:
+        with open(os.path.join(directory, "stdout.txt")) as f:
+            lines = [x for x in f.read().splitlines()
+                     if x.startswith("RESULT ")]
+        return dict(spec, result=json.loads(lines[-1][len("RESULT "):]),
+                    wall_seconds=round(wall_seconds, 1)) if lines else None
+    if "program" in spec:
+        with open(os.path.join(directory, "result.json")) as f:
+            return dict(spec, **json.load(f),
+                        wall_seconds=round(wall_seconds, 1))
+    with open(os.path.join(directory, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(directory, "history.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    record = dict(
+        spec,
+        val_accuracy=summary["val_accuracy"],
+        val_accuracy_per_epoch=[float(r["val_accuracy"]) for r in rows],
+        val_loss_per_epoch=[float(r["val_loss"]) for r in rows],
+        train_loss_per_epoch=[float(r["loss"]) for r in rows],
+        best_val_accuracy=max(float(r["val_accuracy"]) for r in rows),
+        images_per_sec_per_epoch=[float(r["images_per_sec"]) for r in rows],
+        num_train=summary["num_train"], backend=summary["backend"],
+        updates=summary.get("updates"), wall_seconds=round(wall_seconds, 1))
+    if rows and "global_batch_size" in rows[0]:
+        record["batch_per_epoch"] = [int(float(r["global_batch_size"]))
+                                     for r in rows]
+    if rows and "gradient_noise_scale" in rows[0]:
+        record["noise_scale_per_epoch"] = [
+            float(r["gradient_noise_scale"] or "nan") for r in rows]
+    evals = os.path.join(directory, "evals.csv")
+    if os.path.exists(evals):
+        with open(evals, newline="") as f:
+            record["evals"] = [[float(r["epoch"]), float(r["updates"]),
+                                float(r["val_accuracy"])]
+                               for r in csv.DictReader(f)]
+    return record
