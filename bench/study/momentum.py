@@ -1,6 +1,7 @@
 """Momentum tuned as LARS was (issue 60, `plans.MOMENTUM`): Nesterov SGD
 swept at two warmups on the choosing seed, its best against LARSMixed and
-LAMBMixed at their measured bests on seeds 101-105, on one machine kind."""
+LAMBMixed at theirs, each chosen among the runs of one machine kind and
+measured on seeds 101-105 of that kind."""
 
 from bench.study import plans
 from bench.study import show
@@ -30,20 +31,22 @@ def momentum_machine(runs):
 
 
 def momentum_findings(runs):
-    """{machine, swept (runs of the sweep on that kind), best ((warmup,
-    rate) or None), extending_to, arms {name: n, seeds}, pairs [{claim, a,
-    b, n, status, result}]}: each layer-wise optimizer at its measured best
-    rate (`plans.LAYERWISE_BEST`) against Nesterov SGD at its sweep's best,
-    on `plans.MOMENTUM_MEASURE` of one kind."""
+    """{machine, swept (runs of the Nesterov sweep on that kind), best
+    ((warmup, rate) or None), extending_to, rates {optimizer: (best,
+    beyond)}, arms {name: n, seeds}, pairs [{claim, a, b, n, status,
+    result}]}: each layer-wise optimizer at its best rate on that kind
+    (`plans.layerwise_best`) against Nesterov SGD at its sweep's best, on
+    `plans.MOMENTUM_MEASURE` of one kind."""
     kind = momentum_machine(runs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
     best, beyond = plans.momentum_best(here, kind) if kind else (None, None)
-    seeds = plans.MOMENTUM_MEASURE
+    rates = {o: plans.layerwise_best(here, o, kind) if kind else (None, None)
+             for o in plans.LAYERWISE}
     common = dict(workload=DEPTH_WORKLOAD, batch=plans.MOMENTUM_BATCH,
-                  epochs=plans.DEPTH_EPOCHS, seeds=seeds)
-    arms = {o: arm(here, NAMES[o], DEPTH_TARGETS, optimizer=o, rate=rate,
-                   variant=None, **common)
-            for o, rate in plans.LAYERWISE_BEST.items()}
+                  epochs=plans.DEPTH_EPOCHS, seeds=plans.MOMENTUM_MEASURE)
+    arms = {o: arm(here, NAMES[o], DEPTH_TARGETS, optimizer=o,
+                   rate=rate if rate is not None else -1, variant=None,
+                   **common) for o, (rate, _) in rates.items()}
     arms["nesterov"] = arm(
         here, NAMES["nesterov"], DEPTH_TARGETS, optimizer="sgd",
         rate=best[1] if best else -1,
@@ -52,6 +55,14 @@ def momentum_findings(runs):
     for a, b in PAIRS:
         n = (len(arms[a].seeds), len(arms[b].seeds))
         status = shortfall(*n)
+        rate, edge = rates[a]
+        if rate is None:
+            status = (f"not run yet: {NAMES[a]}'s rates on seed "
+                      f"{plans.DEPTH_CHOOSE[0]} on this kind are fewer than 3")
+        elif edge is not None:
+            status = (f"not run yet: {NAMES[a]}'s best on this kind, "
+                      f"{rate:g}, lies at its sweep's edge; {edge:g} runs "
+                      "first")
         if best is None:
             status = (f"not run yet: the sweep on seed "
                       f"{plans.DEPTH_CHOOSE[0]} has {len(_sweep(here))} of "
@@ -65,14 +76,14 @@ def momentum_findings(runs):
             result=None if status else stats.compare(
                 arms[a], arms[b], DEPTH_TARGETS)))
     return dict(machine=kind, swept=len(_sweep(here)), best=best,
-                extending_to=beyond,
+                extending_to=beyond, rates=rates,
                 arms={k: dict(n=len(v.seeds), seeds=list(v.seeds))
                       for k, v in arms.items()}, pairs=pairs)
 
 
 def momentum_lines(found):
     """One line a pair: final accuracy (Welch) and updates to 0.90
-    (bootstrap), with verdicts; the sweep's best first."""
+    (bootstrap), with verdicts, each arm's rate; the sweep's best first."""
     seeds = plans.MOMENTUM_MEASURE
     best = found["best"]
     lines = [f"- **Nesterov SGD tuned as LARS was** ({DEPTH_NAME} at "
@@ -94,7 +105,10 @@ def momentum_lines(found):
         res, acc = f["result"], f["result"]["accuracy"]
         x = res["targets"][0.90]
         lines.append(
-            head + f"): final accuracy {res['a']['mean']:.4f} vs "
+            head + f"; {NAMES[f['a']]} at {found['rates'][f['a']][0]:g}, "
+            f"Nesterov SGD at {best[1]:g}, each its best on seed "
+            f"{plans.DEPTH_CHOOSE[0]} on {found['machine']}): final accuracy "
+            f"{res['a']['mean']:.4f} vs "
             f"{res['b']['mean']:.4f}, difference "
             f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
             f"**{acc['verdict']}**{show.holm_mark(acc)}; 0.90 reached "

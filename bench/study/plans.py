@@ -392,18 +392,19 @@ DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
 # SGD with Nesterov momentum 0.9 at LARSMixed's warmup (5/42 of the run,
 # 1.43 epochs) and at 2.9 epochs, rates 0.1-1.6 on seed 100; the best of
 # the ten (fewest updates to 0.90, then final accuracy), chosen among the
-# runs of the machine kind this call runs on (`provenance.machine_kind`), and
-# while it lies at the sweep's lowest or highest rate, 2x beyond it first
-# (at most `DEPTH_EXTEND`); then the best on seeds 101-105. LARSMixed at 5
-# and LAMBMixed at 0.032 (their measured bests) on seeds 104-105, so every
-# arm has n = 5. LAMBMixed's 0.032 and 0.064 on seed 100 on TensorFlow (a
-# key of their own beside the H200 / JAX runs of those rates), so its best
-# on the CPU kind (0.016 ran there) is bracketed on that kind.
+# runs of the machine kind this call runs on (`provenance.machine_kind`),
+# and while it lies at the sweep's lowest or highest rate, 2x beyond it
+# first (at most `DEPTH_EXTEND`); then the best on seeds 101-105.
+# LARSMixed and LAMBMixed likewise: each one's best on seed 100 among the
+# runs of this call's kind (`layerwise_best`; LARSMixed ran 2.5, 5, 10 on
+# the CPU kind, LAMBMixed 0.016 there, and here 0.032 and 0.064 on
+# TensorFlow, keyed apart from the H200 / JAX runs of those rates), then
+# measured on seeds 101-105, so every arm has n = 5.
 MOMENTUM_BATCH, MOMENTUM_RATES = 4096, (0.1, 0.2, 0.4, 0.8, 1.6)
 MOMENTUM_WARMUPS = (recipe.warmup_epochs_for(
     "lars_mixed", "auto", MOMENTUM_BATCH, DEPTH_EPOCHS), 2.9)
 MOMENTUM_MEASURE = (101, 102, 103, 104, 105)
-LAYERWISE_BEST = {"lars_mixed": 5.0, "lamb_mixed": 0.032}
+LAYERWISE = ("lars_mixed", "lamb_mixed")
 
 
 def nesterov(rate, warmup, seeds):
@@ -415,29 +416,19 @@ def nesterov(rate, warmup, seeds):
                            workload="resnet20_w16", warmup_epochs=warmup)]
 
 
-def momentum_best(runs, kind):
-    """((warmup, rate) of the Nesterov sweep's best on seed 100 among the
-    runs of machine kind `kind`, the (warmup, rate) to run next or None):
-    None, None until every rate of the grid has run at both warmups."""
-    mine = [r for r in runs if str(r.get("variant", "")).startswith("nesterov")
-            and r["seed"] in DEPTH_CHOOSE
-            and provenance.machine_kind(r.get("machine")) == kind]
-    by = {(round(r["warmup_epochs"], 6), round(r["rate"], 9)): r for r in mine}
-    grid = {(round(w, 6), round(x, 9)) for w in MOMENTUM_WARMUPS
-            for x in MOMENTUM_RATES}
-    if not grid <= by.keys():
-        return None, None
-
+def _kind_best(by, low, high):
+    """(best, beyond) of `by` ({(warmup, rate) rounded: run}): the fewest
+    updates to 0.90, then the higher final accuracy; beyond it 2x where it
+    is its warmup's lowest or highest rate (within `DEPTH_EXTEND` doublings
+    of `low` and `high`), else None."""
     def rank(key):
-        r = by[key]
-        to = stats.updates_to(points(r), 0.90)
-        return (math.inf if to is None else to, -r["val_accuracy"])
+        to = stats.updates_to(points(by[key]), 0.90)
+        return (math.inf if to is None else to, -by[key]["val_accuracy"])
 
     key = min(by, key=rank)
     best = (by[key]["warmup_epochs"], by[key]["rate"])
     warmup, rate = best
     rates = sorted(x for w, x in by if w == key[0])
-    low, high = MOMENTUM_RATES[0], MOMENTUM_RATES[-1]
     if key[1] == rates[0] and rate > low / 2 ** DEPTH_EXTEND:
         return best, (warmup, rate / 2)
     if key[1] == rates[-1] and rate < high * 2 ** DEPTH_EXTEND:
@@ -445,13 +436,58 @@ def momentum_best(runs, kind):
     return best, None
 
 
+def _on_kind(runs, kind, **where):
+    return {(round(r["warmup_epochs"], 6), round(r["rate"], 9)): r
+            for r in runs if r.get("workload") == "resnet20_w16"
+            and r["batch"] == MOMENTUM_BATCH and r["epochs"] == DEPTH_EPOCHS
+            and r["seed"] in DEPTH_CHOOSE
+            and provenance.machine_kind(r.get("machine")) == kind
+            and all(r.get(k) == v for k, v in where.items())}
+
+
+def momentum_best(runs, kind):
+    """((warmup, rate) of the Nesterov sweep's best on seed 100 among the
+    runs of machine kind `kind`, the (warmup, rate) to run next or None):
+    None, None until every rate of the grid has run at both warmups."""
+    by = {k: r for k, r in _on_kind(runs, kind, optimizer="sgd").items()
+          if str(r.get("variant", "")).startswith("nesterov")}
+    grid = {(round(w, 6), round(x, 9)) for w in MOMENTUM_WARMUPS
+            for x in MOMENTUM_RATES}
+    if not grid <= by.keys():
+        return None, None
+    return _kind_best(by, MOMENTUM_RATES[0], MOMENTUM_RATES[-1])
+
+
+def layerwise_best(runs, optimizer, kind):
+    """(the best rate of `optimizer` on seed 100 among the runs of machine
+    kind `kind`, the rate to run next or None): None, None before 3 rates
+    have run there."""
+    by = _on_kind(runs, kind, optimizer=optimizer, variant=None)
+    if len({rate for _, rate in by}) < 3:
+        return None, None
+    rates = sorted(rate for _, rate in by)
+    (_, best), beyond = _kind_best(by, rates[0], rates[-1])
+    return best, beyond and beyond[1]
+
+
 def _momentum_then(runs):
-    best, beyond = momentum_best(runs, provenance.machine_kind(provenance.machine()))
-    if best is None:
-        return []
+    kind = provenance.machine_kind(provenance.machine())
+    out = []
+    best, beyond = momentum_best(runs, kind)
     if beyond is not None:
-        return nesterov(beyond[1], beyond[0], DEPTH_CHOOSE)
-    return nesterov(best[1], best[0], MOMENTUM_MEASURE)
+        out += nesterov(beyond[1], beyond[0], DEPTH_CHOOSE)
+    elif best is not None:
+        out += nesterov(best[1], best[0], MOMENTUM_MEASURE)
+    backend = os.environ.get("KERAS_BACKEND", "jax")
+    for o in LAYERWISE:
+        rate, beyond = layerwise_best(runs, o, kind)
+        same = dict(optimizer=o, epochs=DEPTH_EPOCHS, workload="resnet20_w16")
+        if beyond is not None:
+            out += [dict(s, run_backend=backend) for s in fixed(
+                MOMENTUM_BATCH, beyond, DEPTH_CHOOSE, **same)]
+        elif rate is not None:
+            out += fixed(MOMENTUM_BATCH, rate, MOMENTUM_MEASURE, **same)
+    return out
 
 
 _SWEEP_ORDER = (0.4, 0.8, 0.2, 1.6, 0.1)  # The likeliest bests first.
@@ -461,16 +497,11 @@ MOMENTUM = Plan(
     "ResNet-20 w16 at 4,096, n = 5 a side",
     tuple(s for rate in _SWEEP_ORDER for w in MOMENTUM_WARMUPS
           for s in nesterov(rate, w, DEPTH_CHOOSE))
-    + tuple(s for o, rate in LAYERWISE_BEST.items()
-            for s in fixed(MOMENTUM_BATCH, rate, (104, 105),
-                           epochs=DEPTH_EPOCHS, optimizer=o,
-                           workload="resnet20_w16"))
     + tuple(dict(s, run_backend="tensorflow")
-            for s in fixed(MOMENTUM_BATCH, 0.032, DEPTH_CHOOSE,
+            for rate in (0.032, 0.064)
+            for s in fixed(MOMENTUM_BATCH, rate, DEPTH_CHOOSE,
                            epochs=DEPTH_EPOCHS, optimizer="lamb_mixed",
-                           workload="resnet20_w16")
-            + fixed(MOMENTUM_BATCH, 0.064, DEPTH_CHOOSE, epochs=DEPTH_EPOCHS,
-                    optimizer="lamb_mixed", workload="resnet20_w16")),
+                           workload="resnet20_w16")),
     _momentum_then, compared=True)
 
 # The critical batch's branched probes (`bench/study/probes.py` analyses

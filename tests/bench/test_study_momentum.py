@@ -44,11 +44,44 @@ def test_the_nesterov_sweep_is_both_warmups_by_five_rates_on_seed_100():
     argv = dict(a[2:].split("=", 1) for a in runspec.command_line(sweep[0], "w"))
     assert argv["nesterov"] == "true" and argv["global_batch_size"] == "4096"
     assert argv["optimizer"] == "sgd" and argv["resnet_depth"] == "20"
-    # LARSMixed and LAMBMixed get seeds 104-105; LAMBMixed's 0.032 and 0.064
-    # a key of their own on TensorFlow beside the H200 runs of those rates.
+    # LAMBMixed's 0.032 and 0.064 get a key of their own on TensorFlow
+    # beside the H200 runs of those rates.
     keys = {runspec.run_key(s) for s in specs}
-    assert "resnet20_w16|fixed|lars_mixed|12|4096|5|105" in keys
     assert "resnet20_w16|fixed|lamb_mixed|12|4096|0.064|100|tensorflow" in keys
+
+
+def test_layerwise_bests_are_chosen_on_the_measuring_kind_then_measured(
+        monkeypatch):
+    monkeypatch.setattr(provenance, "machine",
+                        lambda backend=None: STAMP[CPU_TF])
+    # LARSMixed: 2.5, 5, 10 on the CPU kind, 5 first to 0.90; faster
+    # H200 runs at 20 do not count there.
+    lars = [_layerwise(CPU_TF, "lars_mixed", r, 100, reach)
+            for r, reach in ((2.5, None), (5.0, 100), (10.0, 110))]
+    lars.append(_layerwise(H200, "lars_mixed", 20.0, 100, 50))
+    assert plans.layerwise_best(lars, "lars_mixed", CPU_TF) == (5.0, None)
+    later = plans.MOMENTUM.then(lars)
+    assert [(s["optimizer"], s["rate"], s["seed"]) for s in later] == [
+        ("lars_mixed", 5.0, seed) for seed in range(101, 106)]
+    # LAMBMixed best at the highest of its CPU rates: 2x beyond it first,
+    # keyed by the backend it runs on.
+    lamb = [_layerwise(CPU_TF, "lamb_mixed", r, 100, reach)
+            for r, reach in ((0.016, 120), (0.032, 110), (0.064, 100))]
+    assert plans.layerwise_best(lamb, "lamb_mixed", CPU_TF) == (0.064, 0.128)
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    (extend,) = plans.MOMENTUM.then(lamb)
+    assert (extend["rate"], extend["seed"], extend["run_backend"]) == (
+        0.128, 100, "tensorflow")
+    # Two rates on the kind: nothing chosen yet.
+    assert plans.layerwise_best(lamb[:2], "lamb_mixed", CPU_TF) == (None, None)
+
+
+def _layerwise(kind, optimizer, rate, seed, reach, final=0.91):
+    spec = plans.fixed(4096, rate, [seed], epochs=12, optimizer=optimizer,
+                       workload="resnet20_w16")[0]
+    return dict(spec, machine=STAMP[kind], kind_of_machine=kind,
+                val_accuracy=final,
+                evals=[[0, reach or 150, 0.95 if reach else 0.85]])
 
 
 def test_the_best_is_chosen_within_one_machine_kind_and_extends_at_an_edge():
@@ -95,6 +128,10 @@ def test_the_report_compares_each_layerwise_optimizer_with_the_tuned_nesterov():
         "not run yet")
     runs += _measured(CPU_TF, "sgd", 0.4, [0.80, 0.81, 0.82, 0.83, 0.84],
                       "nesterov_w1.43", best[0])
+    runs += [_layerwise(CPU_TF, o, r, 100, reach)
+             for o, rates in (("lars_mixed", (2.5, 5.0, 10.0)),
+                              ("lamb_mixed", (0.016, 0.032, 0.064)))
+             for r, reach in zip(rates, (120, 100, 110))]
     runs += _measured(CPU_TF, "lars_mixed", 5.0, [0.91, 0.912, 0.914, 0.916,
                                                    0.918])
     runs += _measured(CPU_TF, "lamb_mixed", 0.032, [0.82, 0.80, 0.84, 0.81,
@@ -110,6 +147,7 @@ def test_the_report_compares_each_layerwise_optimizer_with_the_tuned_nesterov():
     lines = momentum.momentum_lines(found)
     assert "best rate 0.4 at warmup 1.43 epochs" in lines[0]
     assert "**ahead**" in lines[1] and "n = 5 vs 5" in lines[1]
+    assert "LARSMixed at 5, Nesterov SGD at 0.4" in lines[1]
 
 
 def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
