@@ -27,6 +27,7 @@ network: The architecture, its batch norm and initial weights
 optimization: The optimizer and the loss
   --optimizer (default: lars_mixed; one of lars_mixed, lars, lamb_mixed, lamb, sgd): Optimizer.
   --momentum (default: 0.9): Momentum.
+  --nesterov (default: False): Nesterov momentum (Sutskever et al. 2013) for sgd, lars and lars_mixed; needs --momentum > 0.
   --eta (default: 0.001): LARS trust coefficient.
   --weight_decay (default: 0.0005): L2 decay on kernels (never biases or BN).
   --label_smoothing (default: 0.0): Label smoothing.

@@ -183,7 +183,7 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
     assert now == resume.upgrade(json.loads(text))
     assert set(now) - set(json.loads(text)) == {
         "adaptive_start_multiple", "adaptive_anneal_fraction",
-        "adaptive_anneal_multiple"}
+        "adaptive_anneal_multiple", "nesterov"}
     raised = resume.check(str(model_dir), recorded("--epochs=2"))
     assert (raised.epochs_before, raised.epochs, raised.raised) == (1, 2,
                                                                     True)

@@ -82,8 +82,8 @@ def check(model_dir, run_config, train=True):
     config_path = os.path.join(model_dir, names.RUN_CONFIG)
     if not os.path.exists(config_path):
         return None
-    original = upgrade(_read(config_path))
-    raises = _read(os.path.join(model_dir, RAISES_FILE), [])
+    original = upgrade(read_run_config(model_dir))
+    raises = read_raises(model_dir)
     epochs_before = (raises[-1]["epochs"] if raises
                      else original.get("epochs", run_config["epochs"]))
     _refuse_changes(original, run_config)
@@ -122,8 +122,10 @@ def upgrade(original):
     resolved then, and for a run without a noise-scale policy the
     multiple it could not set (today's default); one recorded before
     `ANNEAL_MARKER` existed gets no anneal (a policy with a schedule, which
-    takes none, today's defaults)."""
+    takes none, today's defaults); one recorded before `--nesterov` existed
+    ran without Nesterov."""
     upgraded = dict(original)
+    upgraded.setdefault("nesterov", False)
     policy = adaptive_policies.POLICIES.get(original.get("adaptive_batch"))
     if ANNEAL_MARKER not in original:
         grows = policy is not None and not policy.takes_schedule
@@ -154,7 +156,7 @@ def adopt(values, given):
     path = os.path.join(values.get("model_dir") or "", names.RUN_CONFIG)
     if not values.get("model_dir") or not os.path.exists(path):
         return values
-    original = upgrade(_read(path))
+    original = upgrade(read_run_config(values["model_dir"]))
     return dict(values, **{name: original[name] for name in CHANGED_DEFAULTS
                            if name not in given and name in original})
 
@@ -197,11 +199,56 @@ def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):
         f"goes from {before:.4g} to {after:.4g}")
 
 
-def _read(path, default=None):
+# What every run's run_config.json holds: a file without them is no run's.
+REQUIRED = ("model", "dataset", "global_batch_size", "epochs", "optimizer",
+            "seed")
+
+
+def read_run_config(model_dir):
+    """The flags in `model_dir`'s run_config.json: a JSON object holding
+    `REQUIRED`; else a `ResumeError` naming the file (damaged, truncated,
+    `{}`), so that no run is resumed against it."""
+    path = os.path.join(model_dir, names.RUN_CONFIG)
+    config = _load(path)
+    if not isinstance(config, dict):
+        raise _damaged(path, model_dir, "not a JSON object of the run's "
+                                        "flags")
+    missing = [name for name in REQUIRED if name not in config]
+    if missing:
+        raise _damaged(path, model_dir, "no " + ", ".join(missing))
+    return config
+
+
+def read_raises(model_dir):
+    """The records of `model_dir`'s epochs_raised.json ([] where there is
+    none); a `ResumeError` naming it where it is damaged."""
+    path = os.path.join(model_dir, RAISES_FILE)
     if not os.path.exists(path):
-        return default
-    with open(path) as f:
-        return json.load(f)
+        return []
+    raises = _load(path)
+    if not (isinstance(raises, list) and all(
+            isinstance(r, dict) and isinstance(r.get("epochs"), int)
+            for r in raises)):
+        raise _damaged(path, model_dir, "not a list of the raises of "
+                                        "--epochs")
+    return raises
+
+
+def _load(path):
+    """The JSON in `path`; None where it is not JSON text."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _damaged(path, model_dir, why):
+    return ResumeError(
+        f"{path} is damaged ({why}): the run in `model_dir` cannot be "
+        "resumed against it. Restore the file, move it away to start a new "
+        "run there, or use another --model_dir. Received: "
+        f"model_dir={model_dir!r}")
 
 
 def step_randomness(seed, within_epoch=None):
