@@ -200,8 +200,7 @@ def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):
 
 
 # What every run's run_config.json holds: a file without them is no run's.
-REQUIRED = ("model", "dataset", "global_batch_size", "epochs", "optimizer",
-            "seed")
+REQUIRED = ("model", "dataset", "global_batch_size", "optimizer")
 
 
 def read_run_config(model_dir):
