@@ -23,6 +23,16 @@ SEEDS = plans.DECISIVE_SEEDS
 RAMP = "the fixed ramp ({}, 0.4 x the batch / 128)".format(", then ".join(
     f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
         plans.RAMP_SCHEDULE)))
+def _unpeeked(variant, why):
+    """The arm of `plans.UNPEEKED_RAMPS[variant]`: (name, selection, why)."""
+    steps = ", ".join(f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
+        plans.UNPEEKED_RAMPS[variant]))
+    name = variant.replace("_ramp", "")
+    return (f"the {name} ramp written without the noise scale ({steps}, 0.4 "
+            "x the batch / 128)", dict(kind="ramp", variant=variant, rate=0.4,
+                                       epochs=24, optimizer="sgd"), why)
+
+
 BASELINE_ARMS = (
     ("fixed 1,024 at 0.8", dict(kind="fixed", batch=1024, rate=0.8, epochs=24,
                                 optimizer="sgd"),
@@ -38,19 +48,12 @@ BASELINE_ARMS = (
     ("fixed 1,024 at 0.8 over 36 epochs", dict(
         kind="fixed", batch=1024, rate=0.8, epochs=36, optimizer="sgd"),
      "the decisive arm's rate; its decay ends after the grown runs'"),
-    ("the linear ramp written without the noise scale (" + ", ".join(
-        f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
-            plans.LINEAR_RAMP)) + ", 0.4 x the batch / 128)",
-     dict(kind="ramp", variant="linear_ramp", rate=0.4, epochs=24,
-          optimizer="sgd"),
-     "Megatron-LM's `--rampup-batch-size` shape, 128 to 1,024 over the "
-     "first quarter of the samples, fixed in the plan before any run"),
-    ("the doubling ramp written without the noise scale (" + ", ".join(
-        f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
-            plans.DOUBLING_RAMP)) + ", 0.4 x the batch / 128)",
-     dict(kind="ramp", variant="doubling", rate=0.4, epochs=24,
-          optimizer="sgd"),
-     "128 doubled at epochs 2, 4 and 6, fixed in the plan before any run"),
+    *(_unpeeked(variant, why) for variant, why in (
+        ("linear_ramp", "Megatron-LM's `--rampup-batch-size` shape, 128 to "
+                        "1,024 over the first quarter of the samples, fixed "
+                        "in the plan before any run"),
+        ("doubling", "128 doubled at epochs 2, 4 and 6, fixed in the plan "
+                     "before any run"))),
 )
 
 

@@ -144,19 +144,10 @@ def depth_finding_lines(found):
         if f["status"] or f["result"] is None:
             lines.append(head + f"): {f['status']}.")
             continue
-        res, acc = f["result"], f["result"]["accuracy"]
-        x = res["targets"][0.90]
         lines.append(
             head + f"; rates {a['rate']:.4g} and {b['rate']:.4g}, each its "
-            f"sweep's best on seed {plans.DEPTH_CHOOSE[0]}): final accuracy "
-            f"{res['a']['mean']:.4f} vs {res['b']['mean']:.4f}, difference "
-            f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
-            f"**{acc['verdict']}**{show.holm_mark(acc)}; 0.90 reached {x['a_reached']}/{f['n'][0]}"
-            f" vs {x['b_reached']}/{f['n'][1]} (Fisher p = {x['fisher_p']:.3f})"
-            f", median updates {show.interval(*x['a_median'])} vs "
-            f"{show.interval(*x['b_median'])}, ratio "
-            f"{show.interval(*x['ratio'], 3)} "
-            f"**{x['verdict']}**{show.holm_mark(x)}{_few(f['n'])}.")
+            f"sweep's best on seed {plans.DEPTH_CHOOSE[0]}): "
+            + show.pair(f["result"], f["n"]) + f"{_few(f['n'])}.")
     if found["machine"]:
         lines.append(f"  - Machine kind: {where}.")
     d = found["default"]

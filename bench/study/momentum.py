@@ -82,8 +82,8 @@ def momentum_findings(runs):
 
 
 def momentum_lines(found):
-    """One line a pair: final accuracy (Welch) and updates to 0.90
-    (bootstrap), with verdicts, each arm's rate; the sweep's best first."""
+    """One line a pair (`show.pair`: final accuracy, reach of and updates
+    to 0.90, with verdicts) and each arm's rate; the sweep's best first."""
     seeds = plans.MOMENTUM_MEASURE
     best = found["best"]
     lines = [f"- **Nesterov SGD tuned as LARS was** ({DEPTH_NAME} at "
@@ -102,17 +102,9 @@ def momentum_lines(found):
         if f["status"]:
             lines.append(head + f"): {f['status']}.")
             continue
-        res, acc = f["result"], f["result"]["accuracy"]
-        x = res["targets"][0.90]
         lines.append(
             head + f"; {NAMES[f['a']]} at {found['rates'][f['a']][0]:g}, "
             f"Nesterov SGD at {best[1]:g}, each its best on seed "
-            f"{plans.DEPTH_CHOOSE[0]} on {found['machine']}): final accuracy "
-            f"{res['a']['mean']:.4f} vs "
-            f"{res['b']['mean']:.4f}, difference "
-            f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
-            f"**{acc['verdict']}**{show.holm_mark(acc)}; 0.90 reached "
-            f"{x['a_reached']}/{f['n'][0]} vs {x['b_reached']}/{f['n'][1]}, "
-            f"updates ratio {show.interval(*x['ratio'], 3)} "
-            f"**{x['verdict']}**{show.holm_mark(x)}.")
+            f"{plans.DEPTH_CHOOSE[0]} on {found['machine']}): "
+            + show.pair(f["result"], f["n"]) + ".")
     return lines

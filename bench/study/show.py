@@ -24,3 +24,18 @@ def holm_mark(verdict):
     """' †' after a verdict (a result's dict) that a Holm correction over
     the page's verdicts would undo (`audit.audit_lines`), else ''."""
     return " †" if verdict.get("holm") is False else ""
+
+
+def pair(result, n, target=0.90):
+    """A comparison (`stats.compare`) of arms of `n` seeds in words: the
+    final accuracy's difference and, at `target`, reach (Fisher), median
+    updates and their ratio, each verdict with its Holm mark."""
+    acc, x = result["accuracy"], result["targets"][target]
+    return (f"final accuracy {result['a']['mean']:.4f} vs "
+            f"{result['b']['mean']:.4f}, difference "
+            f"{interval(acc['diff'], acc['low'], acc['high'], 4)} "
+            f"**{acc['verdict']}**{holm_mark(acc)}; {target:.2f} reached "
+            f"{x['a_reached']}/{n[0]} vs {x['b_reached']}/{n[1]} (Fisher p = "
+            f"{x['fisher_p']:.3f}), median updates {interval(*x['a_median'])}"
+            f" vs {interval(*x['b_median'])}, ratio "
+            f"{interval(*x['ratio'], 3)} **{x['verdict']}**{holm_mark(x)}")
