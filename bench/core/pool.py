@@ -39,7 +39,7 @@ def installed(backend):
     return importlib.util.find_spec(backend) is not None
 
 
-def _start(spec, work_dir, data_dir, env):
+def start(spec, work_dir, data_dir="", env=None):
     """The process of `spec`, its stderr (and a task's stdout) in the run's
     folder; a task in a process group of its own, stopped whole."""
     directory = runspec.model_dir(spec, work_dir)
@@ -76,7 +76,8 @@ def stop(proc, group):
             continue
 
 
-def _stderr(directory):
+def stderr(directory):
+    """What the run in `directory` wrote to its stderr."""
     with open(os.path.join(directory, "stderr.txt")) as f:
         return f.read().strip()
 
@@ -127,7 +128,7 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 break
             waiting.pop(0)
             tried.add(runspec.run_key(spec))
-            busy[_start(spec, work_dir, data_dir, env)] = (spec, clock)
+            busy[start(spec, work_dir, data_dir, env)] = (spec, clock)
             log(f"start {runspec.run_key(spec)}")
         if closed or time.monotonic() >= deadline:
             waiting, closed = [], True
@@ -147,16 +148,16 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 if past:
                     log(f"stopped {key} at the end of the budget")
                     continue
-                error = (_stderr(directory)
+                error = (stderr(directory)
                          + f"\ndid not finish within {limit:g} s").strip()
             elif task and code == NO_GPU:
                 for other in busy:
                     stop(other, "module" in busy[other][0])
-                said = (_stderr(directory).splitlines() or ["exit 3"])[-1]
+                said = (stderr(directory).splitlines() or ["exit 3"])[-1]
                 raise NoGPU(f"{key}: {said}; it needs a GPU")
             else:
                 record = None if code else runspec.collect(spec, directory, took)
-                error = _stderr(directory) or f"exit {code}"
+                error = stderr(directory) or f"exit {code}"
                 if not code:
                     error += "\nno RESULT line"
             if record is None:

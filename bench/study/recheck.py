@@ -13,7 +13,6 @@ models), so the rows also give the record's machine and commit."""
 import csv
 import math
 import os
-import subprocess
 import time
 
 from bench.core import pool
@@ -56,18 +55,15 @@ def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
         raise ValueError(f"`work_dir` already holds this run: {directory} "
                          "would be resumed, not rerun. Received: "
                          f"work_dir={work_dir!r}")
-    os.makedirs(directory, exist_ok=True)
     own = dict(os.environ if env is None else env)
     backend = spec.get("run_backend") or run.get("backend")
     if backend:
         own["KERAS_BACKEND"] = backend
-    start = time.monotonic()
-    with open(os.path.join(directory, "stderr.txt"), "w") as err:
-        proc = subprocess.Popen(runspec.process_command(spec, work_dir),
-                                stdout=subprocess.DEVNULL, stderr=err, env=own)
+    began = time.monotonic()
+    proc = pool.start(spec, work_dir, env=own)
     try:
         while len(_rows(directory)) < epochs and proc.poll() is None:
-            if timeout and time.monotonic() - start > timeout:
+            if timeout and time.monotonic() - began > timeout:
                 break
             time.sleep(poll)
     finally:
@@ -75,8 +71,7 @@ def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
             pool.stop(proc, False)
     rows = _rows(directory)[:epochs]
     if len(rows) < epochs:
-        with open(os.path.join(directory, "stderr.txt")) as f:
-            said = (f.read().strip().splitlines() or ["?"])[-1]
+        said = (pool.stderr(directory).splitlines() or ["?"])[-1]
         raise RuntimeError(f"the rerun wrote {len(rows)} of {epochs} epochs: "
                            f"{said}")
     return rows
