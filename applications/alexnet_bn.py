@@ -24,6 +24,9 @@ import keras
 from keras.applications import imagenet_utils
 
 from keras_largebatch._shared import require
+from keras_largebatch.layers import BatchNormalization
+from keras_largebatch.layers import Conv2D
+from keras_largebatch.layers import MaxPooling2D
 
 from . import common
 from . import weights as weights_lib
@@ -91,7 +94,7 @@ def AlexNetBN(
         ("5", 256, 3, 1, "same", 2, True),
     ]
     for i, filters, kernel, strides, padding, groups, pool in convs:
-        x = layers.Conv2D(
+        x = Conv2D(
             filters,
             kernel,
             strides=strides,
@@ -101,8 +104,8 @@ def AlexNetBN(
             name=f"conv{i}",
         )(x)
         if pool:
-            x = layers.MaxPooling2D(3, strides=2, name=f"pool{i}")(x)
-        x = layers.BatchNormalization(axis=axis, name=f"bn{i}")(x)
+            x = MaxPooling2D(3, strides=2, name=f"pool{i}")(x)
+        x = BatchNormalization(axis=axis, name=f"bn{i}")(x)
     if include_top:
         x = layers.Flatten(name="flatten")(x)
         for fc in ("fc6", "fc7"):

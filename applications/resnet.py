@@ -1,6 +1,8 @@
 """ResNet-50 v1 / v1.5, weight-compatible with `keras.applications.ResNet50`.
 
-Layer names, layer classes, their order and all weight shapes are those of
+Layer names, layer classes (`keras_largebatch.layers`' Conv2D,
+BatchNormalization and MaxPooling2D are Keras' under the same names, fast
+on torch), their order and all weight shapes are those of
 `keras.applications.ResNet50`, so Keras' official ImageNet files and any
 `.weights.h5` saved from `keras.applications.ResNet50` load unchanged.
 
@@ -23,6 +25,9 @@ import keras
 from keras.applications import imagenet_utils
 
 from keras_largebatch._shared import require
+from keras_largebatch.layers import BatchNormalization
+from keras_largebatch.layers import Conv2D
+from keras_largebatch.layers import MaxPooling2D
 
 from . import common
 from . import weights as weights_lib
@@ -48,7 +53,7 @@ def _block(x, filters, stride, conv_shortcut, variant, zero_init, bias, name):
     axis = common.bn_axis()
 
     def bn(y, suffix, gamma="ones"):
-        return keras.layers.BatchNormalization(
+        return BatchNormalization(
             axis=axis,
             epsilon=1.001e-5,
             gamma_initializer=gamma,
@@ -56,18 +61,18 @@ def _block(x, filters, stride, conv_shortcut, variant, zero_init, bias, name):
         )(y)
 
     if conv_shortcut:
-        shortcut = keras.layers.Conv2D(
+        shortcut = Conv2D(
             4 * filters, 1, strides=stride, use_bias=bias, name=f"{name}_0_conv"
         )(x)
         shortcut = bn(shortcut, "0")
     else:
         shortcut = x
     stride1, stride2 = (stride, 1) if variant == "v1" else (1, stride)
-    x = keras.layers.Conv2D(
+    x = Conv2D(
         filters, 1, strides=stride1, use_bias=bias, name=f"{name}_1_conv"
     )(x)
     x = keras.layers.Activation("relu", name=f"{name}_1_relu")(bn(x, "1"))
-    x = keras.layers.Conv2D(
+    x = Conv2D(
         filters,
         3,
         strides=stride2,
@@ -76,7 +81,7 @@ def _block(x, filters, stride, conv_shortcut, variant, zero_init, bias, name):
         name=f"{name}_2_conv",
     )(x)
     x = keras.layers.Activation("relu", name=f"{name}_2_relu")(bn(x, "2"))
-    x = keras.layers.Conv2D(
+    x = Conv2D(
         4 * filters, 1, use_bias=bias, name=f"{name}_3_conv"
     )(x)
     x = bn(x, "3", gamma="zeros" if zero_init else "ones")
@@ -135,15 +140,15 @@ def ResNet50(
     )
     axis = common.bn_axis()
     x = keras.layers.ZeroPadding2D(3, name="conv1_pad")(x)
-    x = keras.layers.Conv2D(
+    x = Conv2D(
         64, 7, strides=2, use_bias=use_conv_bias, name="conv1_conv"
     )(x)
-    x = keras.layers.BatchNormalization(
+    x = BatchNormalization(
         axis=axis, epsilon=1.001e-5, name="conv1_bn"
     )(x)
     x = keras.layers.Activation("relu", name="conv1_relu")(x)
     x = keras.layers.ZeroPadding2D(1, name="pool1_pad")(x)
-    x = keras.layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
+    x = MaxPooling2D(3, strides=2, name="pool1_pool")(x)
     for stage, (filters, blocks, stride) in enumerate(
         [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], start=2
     ):

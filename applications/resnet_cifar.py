@@ -28,6 +28,9 @@ from keras import ops
 
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import require
+from keras_largebatch.layers import BatchNormalization
+from keras_largebatch.layers import Conv2D
+from keras_largebatch.layers import MaxPooling2D
 
 from . import common
 
@@ -63,17 +66,17 @@ def _block(x, filters, stride, name):
     shortcut = x
     if stride != 1:
         # Option A: x[:, ::2, ::2] is a 1x1 pooling with stride 2.
-        shortcut = keras.layers.MaxPooling2D(
+        shortcut = MaxPooling2D(
             1, strides=stride, name=f"{name}_0_subsample")(shortcut)
     in_filters = x.shape[axis]
     if in_filters != filters:
         shortcut = PadChannels(filters - in_filters, name=f"{name}_0_pad")(
             shortcut)
     for i, s in ((1, stride), (2, 1)):
-        x = keras.layers.Conv2D(
+        x = Conv2D(
             filters, 3, strides=s, padding="same", use_bias=False,
             kernel_initializer="he_normal", name=f"{name}_{i}_conv")(x)
-        x = keras.layers.BatchNormalization(
+        x = BatchNormalization(
             axis=axis, epsilon=1e-5, name=f"{name}_{i}_bn")(x)
         if i == 1:
             x = keras.layers.Activation("relu", name=f"{name}_1_relu")(x)
@@ -124,10 +127,10 @@ def ResNetCIFAR(
     inputs, x = common.image_input(
         input_tensor, input_shape, 32, MIN_SIZE, static=False)
     n = (depth - 2) // 6
-    x = keras.layers.Conv2D(
+    x = Conv2D(
         width, 3, padding="same", use_bias=False,
         kernel_initializer="he_normal", name="conv1_conv")(x)
-    x = keras.layers.BatchNormalization(
+    x = BatchNormalization(
         axis=common.bn_axis(), epsilon=1e-5, name="conv1_bn")(x)
     x = keras.layers.Activation("relu", name="conv1_relu")(x)
     for stage in range(3):

@@ -30,6 +30,7 @@ else:
     from keras_largebatch.adaptive_batch import AdaptiveBatch
     from keras_largebatch.decay import exclude_bias_and_norm
     from keras_largebatch.decay import no_decay_variables
+    from keras_largebatch import layers
     from keras_largebatch.noise_scale import GradientNoiseScale
     from keras_largebatch.noise_scale import NoiseScaleOptimizer
     from keras_largebatch.optimizers import LAMB

@@ -24,7 +24,7 @@ main_jobs=1
 # Two pytest processes on the suites (most tests wait on the processes they
 # start); a test file stays on one worker, so its fixtures are built once.
 PARALLEL=(-n "${TEST_WORKERS:-2}" --dist loadfile)
-# On JAX and torch, the tests of the command and the optimizers run once,
+# On JAX and torch, the tests of the command, the optimizers and the layers run once,
 # in the environment without TensorFlow (their data is Grain's there and
 # here); the main environment runs, of tests/train, the files that use
 # TensorFlow (tf.data, TFRecords, the TF-free checks) and the multi-process
@@ -32,7 +32,7 @@ PARALLEL=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 # without TensorFlow.
 MULTI_PROCESS=(tests/train/test_train_processes.py
                tests/train/test_train_adaptive_batch.py::test_two_jax_processes_grow_the_batch_as_one_process)
-NO_TF_TESTS=(tests/train tests/optimizers
+NO_TF_TESTS=(tests/train tests/optimizers tests/layers
              --deselect tests/train/test_train_without_tensorflow.py)
 for test in "${MULTI_PROCESS[@]}"; do NO_TF_TESTS+=(--deselect "$test"); done
 MAIN_TESTS=(tests/adaptive_batch tests/applications tests/distribute
