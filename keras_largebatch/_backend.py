@@ -6,6 +6,7 @@ backend is not installed. `missing()` says so in one line instead: the
 command's entry point (`train/cli.py`) prints it.
 """
 
+import difflib
 import importlib.util
 import json
 import os
@@ -41,11 +42,17 @@ def installed():
     return [name for name in BACKENDS if _installed(name)]
 
 
+# The backends Keras knows besides `BACKENDS` (it cannot train on them).
+OTHER_KERAS_BACKENDS = ("numpy", "openvino")
+
+
 def missing():
-    """The line saying that the chosen backend is not installed, which are
-    and how to choose one; None where it is installed (or is none of
-    `BACKENDS`, left to Keras)."""
+    """The line saying that the chosen backend is unknown or not
+    installed, which are and how to choose one; None where it is
+    installed (or is one of `OTHER_KERAS_BACKENDS`, left to Keras)."""
     name, source = chosen()
+    if name not in BACKENDS + OTHER_KERAS_BACKENDS:
+        return unknown(name, source)
     if name not in BACKENDS or _installed(name):
         return None
     found = installed()
@@ -58,6 +65,17 @@ def missing():
             f"installed: {', '.join(found)}. Choose one with "
             f"KERAS_BACKEND={found[0]} (or \"backend\" in keras.json), or "
             f"install {name}.")
+
+
+def unknown(name, source):
+    """The line for a backend `name` Keras does not know (`JAX`,
+    `bogus`), naming the nearest one."""
+    known = BACKENDS + OTHER_KERAS_BACKENDS
+    near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
+    guess = near[0] if near else (installed() or ["tensorflow"])[0]
+    return (f"Keras' backend {name!r} ({source}) is not one Keras knows: "
+            f"use one of {', '.join(BACKENDS)} (lowercase), e.g. "
+            f"KERAS_BACKEND={guess}.")
 
 
 def _installed(name):

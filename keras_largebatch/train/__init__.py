@@ -11,9 +11,12 @@ model and optimizer, callbacks, the `Run`), `data` (loaders and formats
 without TensorFlow, the tf.data and Grain pipelines behind one factory),
 `imagenet` (TFRecords), `augment` and `augment_numpy` (one stage table,
 in tf.data and in NumPy), `recipe` (sizes, precision, learning rate,
-optimizer), `outputs` (callbacks and files), `checkpointing` (the
-checkpoints: names, the atomic save, the epoch backup, within epochs, the
-epoch checkpoints, which one a resume loads, the resume's flag rules),
+optimizer), `outputs` (callbacks and files; every `.keras` file through
+`save_keras`), `exported` (the saved model takes the data set's own
+images), `banner` (what a run says before it trains), `interrupt` (Ctrl-C:
+one line, exit code 130), `checkpointing` (the checkpoints: names, the
+lock on the run folder, the atomic save, the epoch backup, within epochs,
+the epoch checkpoints, which one a resume loads, the resume's flag rules),
 `report` (run_config.json, summary.json, the closing line), `evaluate`
 (`--mode=eval`) and `processes` (several JAX processes).
 """

@@ -26,6 +26,7 @@ import os
 
 from keras_largebatch._shared import require
 from keras_largebatch.train import divergence
+from keras_largebatch.train import interrupt
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import outputs
 from keras_largebatch.train import recipe
@@ -216,7 +217,8 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     growing = _adaptive_batch(adaptive, inputs.step_batch)
     found = [
         # First: it raises on non-finite weights before anything saves them.
-        divergence.StopOnDivergence(),
+        divergence.StopOnDivergence(within_epoch),
+        interrupt.StopOnInterrupt(),  # A swallowed Ctrl-C stops the run.
         throughput,
         outputs.EpochScalars(),  # learning_rate, loss_scale
         # The adaptive batch first: its wrapper (every update measured)

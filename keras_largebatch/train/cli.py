@@ -25,9 +25,23 @@ from keras_largebatch.train import PROG
 HELP = ("--help", "-help", "-h", "-?", "--helpshort")
 
 
+# Ctrl-C: 128 + SIGINT, as a shell reports it (`interrupt.py`).
+INTERRUPTED = 130
+
+
 def run(argv=None):
     """Console-script entry point."""
-    sys.exit(main(sys.argv if argv is None else argv))
+    end(main(sys.argv if argv is None else argv))
+
+
+def end(code):
+    """Ends the process with `code`; after Ctrl-C at once, so that no
+    thread a library left running keeps it alive."""
+    if code == INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv):

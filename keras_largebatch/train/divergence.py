@@ -85,22 +85,30 @@ class StopOnDivergence(keras.callbacks.Callback):
     the epoch's end), so that the host never waits for the step it has
     just dispatched. Place it first in `fit`'s callbacks, so that it runs
     before any that saves (Keras calls them in order; on a raise it skips
-    `on_train_end`, so `BackupAndRestore` keeps its last backup).
+    `on_train_end`, so `BackupAndRestore` keeps its last backup). A run
+    resumed within an epoch (`resumed_at`, a `within_epoch.Position`)
+    counts that epoch's batches from its start, not from where it resumed.
     """
 
-    def __init__(self):
+    def __init__(self, resumed_at=None):
         super().__init__()
         self._epoch = 0
         self._pending = None
+        self._resumed_at = resumed_at
+        self._offset = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
         self._pending = None
+        at = self._resumed_at
+        self._offset = (at.micro_batches
+                        if at is not None and at.epoch == epoch else 0)
 
     def on_train_batch_end(self, batch, logs=None):
         self._check_pending()
         loss = (logs or {}).get("loss")
-        self._pending = None if loss is None else (batch, loss)
+        self._pending = (None if loss is None
+                         else (batch + self._offset, loss))
 
     def on_epoch_end(self, epoch, logs=None):
         self._check_pending()

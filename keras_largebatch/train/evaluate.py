@@ -16,7 +16,6 @@ With `--precise_bn_batches=N` the checkpoint's batch-norm statistics are
 first recomputed over N training batches of its last epoch.
 """
 
-import json
 import os
 
 from keras_largebatch.train import PROG
@@ -34,12 +33,10 @@ def run_values(values, given):
         raise ValueError(
             "`mode=eval` needs a run in `model_dir` (no run_config.json "
             f"there). Received: model_dir={model_dir!r}")
-    with open(path) as f:
-        config = resume.upgrade(json.load(f))
-    raised = os.path.join(model_dir, resume.RAISES_FILE)
-    if os.path.exists(raised):
-        with open(raised) as f:
-            config["epochs"] = json.load(f)[-1]["epochs"]
+    config = resume.upgrade(resume.read_run_config(model_dir))
+    raises = resume.read_raises(model_dir)
+    if raises:
+        config["epochs"] = raises[-1]["epochs"]
     return dict(values, **{
         name: value for name, value in config.items()
         if name in values and name not in ("mode", "model_dir")
@@ -70,8 +67,9 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
         epoch = checkpoints.epoch_of(path) or epochs
         recompute_batch_norm_statistics(
             run.model, run.inputs.precise_bn_batches(epoch - 1), count)
-    metrics = run.model.evaluate(run.inputs.validation, verbose=0,
-                                 return_dict=True)
+    with outputs.no_end_of_input_warning():
+        metrics = run.model.evaluate(run.inputs.validation, verbose=0,
+                                     return_dict=True)
     result = {
         "checkpoint": os.path.relpath(path, model_dir),
         "epoch": checkpoints.epoch_of(path),

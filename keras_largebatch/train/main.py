@@ -11,8 +11,11 @@ checkpoint that loads whole.
 
 Every input is checked before anything is written; a bad one (unknown
 model or data set, a global batch not divisible by the replicas, a missing
-folder, a corrupt image, `--init_weights` of another architecture) ends the
-command with a one-line error on stderr and exit code 2. A run whose loss
+folder, a corrupt image, `--init_weights` of another architecture, a
+damaged run_config.json, a disk too small for the first checkpoint, a
+`--model_dir` another run holds: `checkpointing/lock.py`) ends the
+command with a one-line error on stderr and exit code 2. Ctrl-C ends it
+with one line saying where it resumes, exit code 130 (`interrupt.py`). A run whose loss
 or weights turn non-finite stops there with one line (the step, the rate,
 the loss scale, what to try) and exit code 3, its last finite checkpoints
 kept (`divergence.py`). A lost worker ends it with exit code 1, and so
@@ -33,23 +36,27 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 
 import keras
 from absl import app
 from absl import flags
 
 from keras_largebatch.train import PROG
+from keras_largebatch.train import banner
 from keras_largebatch.train import builders
+from keras_largebatch.train import cli
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
 from keras_largebatch.train import divergence
 from keras_largebatch.train import evaluate
 from keras_largebatch.train import flags as train_flags
+from keras_largebatch.train import interrupt
 from keras_largebatch.train import outputs
 from keras_largebatch.train import processes
 from keras_largebatch.train import recipe
 from keras_largebatch.train import report
+from keras_largebatch.train.checkpointing import disk
+from keras_largebatch.train.checkpointing import lock
 from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.placement import place
 
@@ -60,7 +67,7 @@ SAVE_FAILED = 1
 
 def run(argv=None):
     """Console-script entry point."""
-    sys.exit(main(sys.argv if argv is None else argv))
+    cli.end(main(sys.argv if argv is None else argv))
 
 
 def main(argv):
@@ -82,15 +89,40 @@ def main(argv):
             and processes.is_multi_process()):
         return processes.supervise(argv, runtime.model_dir,
                                    placement.collective_timeout_seconds)
+    held = []  # The lock on model_dir, once taken.
+    try:
+        with interrupt.handled():
+            return _run(config, start, held)
+    except KeyboardInterrupt:
+        print(f"{PROG}: {interrupt.message(runtime.model_dir)}",
+              file=sys.stderr)
+        return cli.INTERRUPTED
+    finally:
+        for lock in held:  # A folder made for the lock alone goes too.
+            lock.release(remove_if_empty=True)
+
+
+def _run(config, start, held):
+    """Places, locks `model_dir` (the chief of a training run, into
+    `held`), prepares and trains or evaluates; returns the exit code."""
+    placement, runtime = config.placement, config.runtime
     try:
         devices = place(placement)
+        if runtime.mode == "train" and devices.chief:
+            held.append(lock.acquire(runtime.model_dir))
         built = prepare(config, devices)
         if runtime.mode == "eval":
             return evaluate.evaluate(
                 built, runtime.model_dir, config.training.epochs,
                 config.evaluation.precise_bn_batches)
+        if devices.chief:
+            disk.check_free_space(
+                runtime.model_dir, disk.first_checkpoint_bytes(built.model),
+                built.resuming is not None)
     except (ValueError, OSError) as e:
         return fail(e)
+    banner.show(built, config.network, config.data, config.optimization,
+                config.training)
     if placement.distribution != "multi_worker":
         return train(config, built, start)
     import tensorflow as tf  # Here only: JAX and torch runs import none.
@@ -167,6 +199,9 @@ def prepare(config, devices):
     with _scope(devices.strategy):
         model = builders.model(config.network, config.optimization,
                                accumulation, spec, schedule)
+        # Its state now (fit would build it): the first checkpoint's size.
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
         if config.adaptive.gradient_noise_scale:
             builders.check_noise_scale(model.optimizer, devices.strategy,
                                        accumulation)
@@ -214,10 +249,7 @@ def _train(config, run, start, out_dir, peer):
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
         start=run.resuming.start if run.resuming else None)
-    with warnings.catch_warnings():
-        # Keras' Grain adapter knows no length, so the end of each
-        # validation pass reads as "input ran out of data".
-        warnings.filterwarnings("ignore", "Your input ran out of data")
+    with outputs.no_end_of_input_warning():
         history = run.model.fit(
             run.inputs.train, validation_data=run.inputs.validation,
             epochs=config.training.epochs,

@@ -12,7 +12,10 @@
     checkpoints/, final.keras, backup/
                             the checkpoints (`checkpointing/`: the epoch
                             backup, within epochs, the epoch checkpoints
-                            and the final model)
+                            and the final model, which takes the data
+                            set's own images: `save_keras`, `exported.py`)
+    run.lock                the lock a running run holds, and who it is
+                            (`checkpointing/lock.py`)
     tensorboard/            train/ and validation/ scalars per epoch: loss,
                             accuracy (top5_accuracy), learning_rate,
                             loss_scale, images_per_sec
@@ -23,17 +26,39 @@ written to a temporary name in the same folder and renamed over the old
 one, so a failed run never leaves a half-written file.
 """
 
+import contextlib
 import csv
 import importlib.util
 import json
 import os
 import time
+import warnings
 
 import keras
 
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import PROG
+from keras_largebatch.train import exported
+from keras_largebatch.train.checkpointing import epochs as checkpoints
+
+
+def save_keras(model, spec, path):
+    """Writes `model` as a `.keras` file at `path` taking the data set's
+    own images (`exported.exported`, `spec` a `DataSpec`), atomically,
+    without optimizer: every `.keras` file of the command is written
+    here."""
+    checkpoints.save_model(exported.exported(model, spec), path)
+
+
+@contextlib.contextmanager
+def no_end_of_input_warning():
+    """Silences Keras' "Your input ran out of data" warning: its Grain
+    adapter knows no length, so the end of every validation pass reads as
+    running out."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Your input ran out of data")
+        yield
 
 
 def write_json(path, obj):
@@ -96,16 +121,18 @@ def plot_learning_curves(history, path, title=""):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Images per second: the images the training steps processed.
+    """Images per second: the images the training steps processed after
+    compilation.
 
         images_per_sec = sum(steps_e * global_batch_size) / sum(seconds_e)
 
-    over the epochs after the first (which holds the compilation), each
-    timed from its start to its last training step (validation is not
-    counted). With one epoch in this process, that epoch is used. Every
-    step counts a full global batch, also when `--steps_per_epoch` repeats
-    the data. Each epoch's rate goes into the logs as `images_per_sec`
-    (CSV and TensorBoard).
+    over every epoch of this process, each timed to its last training step
+    (validation is not counted): the first from the end of this process's
+    first step, which compiles (a resumed run compiles again) and is not
+    counted, the others from their start. Every step counts a full global
+    batch, also when `--steps_per_epoch` repeats the data. Each epoch's
+    rate goes into the logs as `images_per_sec` (CSV and TensorBoard).
+    A process that ran one step times nothing (`images_per_sec` None).
     """
 
     def __init__(self, global_batch_size):
@@ -113,6 +140,7 @@ class Throughput(keras.callbacks.Callback):
         self.global_batch_size = global_batch_size
         self.epoch_times = []
         self.epoch_steps = []
+        self._compiled = False
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
@@ -120,8 +148,12 @@ class Throughput(keras.callbacks.Callback):
         self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
-        self._steps += 1
         self._last = time.perf_counter()
+        if not self._compiled:  # The step that compiled: not timed.
+            self._compiled = True
+            self._start = self._last
+            return
+        self._steps += 1
 
     def exclude(self, seconds):
         """Takes `seconds` spent on other work (an evaluation within the
@@ -132,19 +164,18 @@ class Throughput(keras.callbacks.Callback):
         seconds = self._last - self._start
         self.epoch_times.append(seconds)
         self.epoch_steps.append(self._steps)
-        if logs is not None and seconds > 0:
+        if logs is not None and seconds > 0 and self._steps:
             logs["images_per_sec"] = (
                 self._steps * self.global_batch_size / seconds)
 
     def timed(self):
-        """(images, seconds) over the epochs the rate is computed from."""
-        skip = 1 if len(self.epoch_times) > 1 else 0
-        steps = sum(self.epoch_steps[skip:])
-        return steps * self.global_batch_size, sum(self.epoch_times[skip:])
+        """(images, seconds) over the steps timed."""
+        return (sum(self.epoch_steps) * self.global_batch_size,
+                sum(self.epoch_times))
 
     def images_per_sec(self):
         images, seconds = self.timed()
-        return images / seconds if seconds > 0 else None
+        return images / seconds if seconds > 0 and images else None
 
 
 class WithinEpochEvals(keras.callbacks.Callback):

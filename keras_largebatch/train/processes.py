@@ -197,7 +197,7 @@ def supervise(argv, model_dir, timeout_seconds=0):
     finally:
         for s, handler in forwarded.items():
             signal.signal(s, handler)
-    if code in (0, 2):
+    if code in (0, 2, 130):  # Its own line relayed (130: Ctrl-C).
         return code
     with open(log.name, errors="replace") as f:
         text = f.read()

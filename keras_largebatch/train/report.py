@@ -14,6 +14,7 @@ summary.json:
     optimizer updates taken, final_global_batch_size)
 """
 
+import functools
 import json
 import math
 import os
@@ -57,14 +58,20 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     learning_rate, adaptive, and runtime's `keep_checkpoints`.
     """
     checkpointing.save_final(
-        run.model, os.path.join(out_dir, "checkpoints"), out_dir,
+        functools.partial(outputs.save_keras, run.model, run.spec),
+        os.path.join(out_dir, "checkpoints"), out_dir,
         run.initial_epoch + len(history.epoch),
         config.runtime.keep_checkpoints)
     summary_path = os.path.join(out_dir, "summary.json")
     previous = {}
     if run.resuming and os.path.exists(summary_path):
-        with open(summary_path) as f:
-            previous = json.load(f)
+        with open(summary_path, "rb") as f:
+            try:  # A damaged one is rewritten.
+                previous = json.loads(f.read().decode("utf-8"))
+            except ValueError:
+                pass
+        if not isinstance(previous, dict):
+            previous = {}
     wall_now = time.perf_counter() - start
     logs = read_history(out_dir, history)
     summary = summarize(config, run, history, val_metrics, throughput,
@@ -88,8 +95,9 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     if "batch_trajectory" in summary:
         grown = (f"batch={_trajectory(summary['batch_trajectory'])} "
                  f"updates={summary['updates']} ")
+    rate = summary["images_per_sec"]
     print(f"{PROG}: val_accuracy={summary['val_accuracy']:.4f} "
-          f"images_per_sec={summary['images_per_sec'] or 0:.1f} "
+          f"images_per_sec={'n/a' if rate is None else f'{rate:.1f}'} "
           f"{grown}wall_seconds={wall_now:.1f} -> {where}")
     return 0
 
@@ -129,7 +137,8 @@ def summarize(config, run, history, val_metrics, throughput, previous,
         "epochs_run_now": len(history.epoch),
         "val_accuracy": float(val_metrics["accuracy"]),
         "images_per_sec": images_per_sec,
-        # What images_per_sec divides (epochs after the first, this process).
+        # What images_per_sec divides (this process's steps after the
+        # one that compiled).
         "images_timed": images_timed,
         "train_seconds_timed": seconds_timed,
         # Over every invocation on this model_dir (resumed runs add up).

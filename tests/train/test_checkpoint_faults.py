@@ -6,7 +6,10 @@ what a kill left is removed at the next start.
 `legacy_run/` is a run of `ARGS` on JAX written before checkpoints moved
 into `train/checkpointing/` (pointers without sizes or CRC-32s), killed
 after micro-batch 4 of epoch 2: its epoch backup holds epoch 1, its
-checkpoint within epoch 2 four updates.
+checkpoint within epoch 2 four updates. Its weights were computed by the
+JAX release of its day, whose float32 results may differ from today's in
+the last bit, so a rerun is compared with it to within float32 rounding;
+bit-identity is asserted on runs killed by the JAX installed now.
 """
 
 import errno
@@ -63,12 +66,10 @@ def whole(tmp_path_factory):
 
 
 def _killed(tmp_path):
-    """A run killed after micro-batch 4 of epoch 2 (`legacy_run` on JAX)."""
+    """A run killed after micro-batch 4 of epoch 2, by the code and
+    libraries installed now."""
     model_dir = tmp_path / "run"
-    if BACKEND == "jax":
-        shutil.copytree(LEGACY, model_dir)
-    else:
-        assert _run(model_dir, "1,4")[0] == 9
+    assert _run(model_dir, "1,4")[0] == 9
     return model_dir
 
 
@@ -94,6 +95,15 @@ def _assert_identical(whole, model_dir):
         np.testing.assert_array_equal(x, y)
 
 
+def _assert_within_rounding(whole, model_dir):
+    """`legacy_run`'s resume against today's uninterrupted run: equal but
+    for float32 rounding (a few ulps); a resume from the wrong step or
+    without the optimizer's state differs by orders of magnitude more."""
+    model = keras.saving.load_model(os.path.join(model_dir, "final.keras"))
+    for x, y in zip(whole, model.get_weights()):
+        np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
+
+
 def _resumed(log):
     found = re.findall(r"resumed from epoch (\d+), step (\d+)", log)
     assert len(found) == 1, log[-3000:]
@@ -106,7 +116,7 @@ def _one_line(err):
 
 
 @ONCE
-def test_a_run_written_before_the_move_resumes_bit_identical_and_tidy(
+def test_a_run_written_before_the_move_resumes_where_it_stopped_and_tidy(
         whole, tmp_path):
     model_dir = _legacy(tmp_path)
     litter = [model_dir / "backup" / ".tmp-4242-within_epoch_002_000006"
@@ -123,7 +133,7 @@ def test_a_run_written_before_the_move_resumes_bit_identical_and_tidy(
     assert _resumed(log) == (2, 4)
     assert not any(path.exists() for path in litter)
     assert mine.exists()
-    _assert_identical(whole, model_dir)
+    _assert_within_rounding(whole, model_dir)
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_epoch_backup(
@@ -393,17 +403,36 @@ def tiny_disk(tmp_path):
 
 @ONCE
 def test_a_full_disk_ends_the_run_with_one_line_and_exit_1(
-        tiny_disk, capsys, small):
+        tiny_disk, capsys, small, monkeypatch):
+    from keras_largebatch.train.checkpointing import disk
     from keras_largebatch.train.checkpointing import restore
 
+    # 96 kB cannot hold the first checkpoint: refused before training.
+    needed = []
+    check = disk.check_free_space
+
+    def recorded(folder, count, resuming):
+        needed.append(count)
+        return check(folder, count, resuming)
+
+    monkeypatch.setattr(disk, "check_free_space", recorded)
     model_dir = tiny_disk / "run"
+    assert _main(model_dir) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert "nothing to resume" in err and not model_dir.exists(), err
+    # Room for the first checkpoint and two pages more: the run starts and
+    # the disk fills during training, after checkpoints were written.
+    size = -(-needed[0] // 4096) * 4096 + 2 * 4096
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(tiny_disk)],
+                   check=True, capture_output=True)
     assert _main(model_dir) == 1
     err = _one_line(capsys.readouterr().err)
     assert str(model_dir) in err and "bytes" in err, err
     leftover = [name for _, _, found in os.walk(model_dir)
                 for name in found if name.startswith(".tmp-")]
     assert leftover == []
-    restore.choose(str(model_dir))  # What was written loads whole.
+    start, skipped = restore.choose(str(model_dir))
+    assert start is not None and skipped == []  # What was written loads.
 
 
 @ONCE

@@ -56,13 +56,14 @@ class _Clock:
         return self.now
 
 
-def test_images_per_sec_is_steps_times_batch_over_the_timed_epochs(
+def test_images_per_sec_counts_every_step_after_the_one_that_compiles(
         monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(outputs.time, "perf_counter", clock)
     meter = outputs.Throughput(global_batch_size=256)
-    # Epoch 1 holds a 30 s compilation; epochs 2 and 3 take 100 steps in
-    # 4 s and 6 s: 2 x 100 x 256 images in 10 s, whatever the data size.
+    # The first step holds a 30 s compilation; the 99 others of epoch 1
+    # take 0.1 s, epochs 2 and 3 100 steps in 4 s and 6 s: 299 x 256
+    # images in 19.9 s, whatever the data size.
     for epoch, step_seconds in enumerate([[30.0] + [0.1] * 99,
                                           [0.04] * 100, [0.06] * 100]):
         meter.on_epoch_begin(epoch)
@@ -72,9 +73,32 @@ def test_images_per_sec_is_steps_times_batch_over_the_timed_epochs(
         clock.now += 5.0  # validation: not counted
         logs = {}
         meter.on_epoch_end(epoch, logs)
-    assert meter.timed() == (51_200, pytest.approx(10.0))
-    assert meter.images_per_sec() == pytest.approx(5_120.0)
+    assert meter.timed() == (299 * 256, pytest.approx(19.9))
+    assert meter.images_per_sec() == pytest.approx(299 * 256 / 19.9)
     assert logs["images_per_sec"] == pytest.approx(25_600 / 6.0)
+
+
+def test_a_resumed_process_times_the_steps_after_its_own_compilation(
+        monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(outputs.time, "perf_counter", clock)
+    meter = outputs.Throughput(global_batch_size=32)
+    # Resumed for its last epoch: 12 s to compile again, then 9 steps.
+    meter.on_epoch_begin(5)
+    for step, seconds in enumerate([12.0] + [0.5] * 9):
+        clock.now += seconds
+        meter.on_train_batch_end(step)
+    logs = {}
+    meter.on_epoch_end(5, logs)
+    assert meter.images_per_sec() == pytest.approx(9 * 32 / 4.5)
+    assert logs["images_per_sec"] == pytest.approx(9 * 32 / 4.5)
+    # One step in all: nothing timed, no rate (never 0).
+    single = outputs.Throughput(global_batch_size=32)
+    single.on_epoch_begin(0)
+    single.on_train_batch_end(0)
+    logs = {}
+    single.on_epoch_end(0, logs)
+    assert single.images_per_sec() is None and "images_per_sec" not in logs
 
 
 def test_summary_counts_every_step_of_repeated_data(small, tmp_path):
@@ -84,10 +108,11 @@ def test_summary_counts_every_step_of_repeated_data(small, tmp_path):
     assert _run(*TINY, "--global_batch_size=128", "--steps_per_epoch=4",
                 "--epochs=3", f"--model_dir={model_dir}") == 0
     summary = json.loads((model_dir / "summary.json").read_text())
-    assert summary["images_timed"] == 2 * 4 * 128
+    assert summary["images_timed"] == (3 * 4 - 1) * 128  # Not the first.
     seconds = summary["train_seconds_timed"]
     assert 0 < seconds < summary["wall_seconds_now"]
-    assert summary["images_per_sec"] == pytest.approx(1024 / seconds)
+    assert summary["images_per_sec"] == pytest.approx(
+        (3 * 4 - 1) * 128 / seconds)
 
 
 CHANGED_FLAGS = [

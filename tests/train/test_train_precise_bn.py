@@ -184,8 +184,11 @@ def test_command_checkpoints_hold_the_precise_statistics(small, tmp_path):
     conv = keras.Model(model.input, model.get_layer("conv1").output)
     means, variances = [], []
     for x, _ in batches:
+        # final.keras takes the data set's own images and scales them to
+        # [-1, 1] itself (issue #61): the pipeline's batches, mapped back.
+        raw = (np.asarray(x) / 2.0 + 0.5) * spec.raw.max_value
         h = np.asarray(keras.ops.convert_to_numpy(
-            conv(np.asarray(x), training=False)), np.float64)
+            conv(raw, training=False)), np.float64)
         means.append(h.mean((0, 1, 2)))
         variances.append(h.var((0, 1, 2)))
     assert len(means) == 3

@@ -4,6 +4,8 @@
         a writable folder (`disk.py`); resuming, the flags compared
         (`resume.py`) and the newest checkpoint that loads whole chosen
         (`restore.py`), before data and model are built
+    lock.acquire(model_dir)     the run folder's one writer (`lock.py`),
+                                taken before anything is written
     tidy(model_dir)             removes what a killed run left (temporaries,
                                 staged backups), at the start of training
     Backup                      the epoch backup (`backup.py`)

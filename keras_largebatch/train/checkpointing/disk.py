@@ -3,13 +3,17 @@
 The nearest existing folder on the way to `model_dir` (and, resuming,
 its `backup/` and `checkpoints/`) must take a file: a probe is created
 and removed, so a read-only or unwritable folder ends the command with
-one line and exit code 2 before data and model are built. The free space
-is checked before each save (`files.save`).
+one line and exit code 2 before data and model are built. Once the model
+is built, and before training, `check_free_space` refuses a disk that
+cannot hold the first epoch's checkpoints (exit code 2, nothing written);
+the free space is checked again before each save (`files.save`).
 """
 
 import os
+import shutil
 import tempfile
 
+from keras_largebatch.train.checkpointing import files
 from keras_largebatch.train.checkpointing import names
 
 
@@ -49,3 +53,40 @@ def _probe(folder, model_dir):
             f"`model_dir` cannot be written: creating a file in {folder} "
             f"failed ({e.strerror or e}). Use a writable folder. Received: "
             f"model_dir={model_dir!r}") from None
+
+
+def first_checkpoint_bytes(model):
+    """About the bytes the first epoch's end writes: the backup (weights
+    and the optimizer's state, `model.optimizer` built) and the epoch's
+    weights."""
+    from keras_largebatch.train.checkpointing import epochs
+
+    return files.estimate(model) + files.estimate(epochs.weights_only(model))
+
+
+def check_free_space(model_dir, needed, resuming):
+    """Refuses a `model_dir` whose disk has fewer than `needed` bytes free
+    (`OutputError`), saying that nothing was written (`resuming`: that the
+    run there is as it was)."""
+    free = shutil.disk_usage(_nearest_folder(model_dir)).free
+    if free >= needed:
+        return
+    kept = ("Nothing new was written: the run there resumes from its last "
+            "checkpoint once there is space" if resuming else
+            "Nothing was written, so there is nothing to resume")
+    raise OutputError(
+        f"`model_dir` has {_mb(free)} free on its disk; the first "
+        f"checkpoint (the weights, the optimizer's state, the weights "
+        f"again) needs about {_mb(needed)}. {kept}. Free some space or "
+        f"use another --model_dir. Received: model_dir={model_dir!r}")
+
+
+def _nearest_folder(path):
+    path = os.path.abspath(path)
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _mb(count):
+    return f"{count / 1e6:.1f} MB"

@@ -100,8 +100,9 @@ def prune(folder, keep):
         os.remove(path)
 
 
-def save_final(model, folder, model_dir, epoch, keep=2):
-    """Saves the final model once: as epoch `epoch`'s checkpoint
+def save_final(save, folder, model_dir, epoch, keep=2):
+    """Saves the final model once, with `save(path)` (the command's
+    `outputs.save_keras`): as epoch `epoch`'s checkpoint
     (`epoch_NNN.keras`, replacing that epoch's `.weights.h5`) and, under a
     second name, as `model_dir/final.keras`.
 
@@ -110,10 +111,10 @@ def save_final(model, folder, model_dir, epoch, keep=2):
     """
     export = os.path.join(model_dir, names.EXPORT)
     if not keep:
-        save_model(model, export)
+        save(export)
         return
     final = os.path.join(folder, names.FINAL.format(epoch))
-    save_model(model, final)
+    save(final)
     weights = os.path.join(folder, names.EPOCH.format(epoch))
     if os.path.exists(weights):
         os.remove(weights)

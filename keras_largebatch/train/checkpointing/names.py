@@ -1,6 +1,8 @@
 """The names of a run's checkpoint files, in one place.
 
     model_dir/
+      run.lock                                 the running run's lock and
+                                               who holds it (`lock.py`)
       run_config.json, epochs_raised.json      the flags (`resume.py`)
       checkpoints/epoch_NNN.weights.h5         the weights after epoch NNN
       checkpoints/epoch_NNN.keras              the last epoch's model
@@ -21,6 +23,7 @@ a kill leaves it, and the next start removes it (`files.tidy`).
 import os
 import re
 
+LOCK = "run.lock"
 RUN_CONFIG = "run_config.json"
 RAISES = "epochs_raised.json"
 CHECKPOINTS = "checkpoints"

@@ -19,6 +19,7 @@ from keras_largebatch.train.data.formats import existing_dir
 from keras_largebatch.train.data.formats import read_idx
 from keras_largebatch.train.data.spec import DataError
 from keras_largebatch.train.data.spec import DataSpec
+from keras_largebatch.train.data.spec import RawImages
 from keras_largebatch.train.data.spec import epoch_seed
 from keras_largebatch.train.data.spec import require_tensorflow
 
@@ -50,7 +51,7 @@ def load_digits(image_size, seed=0, channels=3):
         random_state=seed,
     )
     return from_arrays("digits", x_train, y_train, x_val, y_val, 10,
-                       image_size, channels)
+                       image_size, channels, raw_max=16.0)
 
 
 def find_fashion_mnist(data_dir=None):
@@ -150,13 +151,14 @@ def load_synthetic(image_size, num_classes, seed=0, num_examples=512):
     y = rng.integers(0, num_classes, num_examples)
     n_val = num_examples // 8
     return from_arrays("synthetic", x[n_val:], y[n_val:], x[:n_val],
-                       y[:n_val], num_classes, image_size)
+                       y[:n_val], num_classes, image_size, raw_max=1.0)
 
 
 def from_arrays(name, x_train, y_train, x_val, y_val, num_classes,
-                image_size, channels=3):
+                image_size, channels=3, raw_max=255.0):
     """The `DataSpec` of in-memory arrays (images in [0, 1], integer
-    labels); `channels` None keeps the images' own."""
+    labels); `channels` None keeps the images' own. The data set gives
+    them in [0, `raw_max`] (`DataSpec.raw`)."""
     native = x_train.shape[-1]
     arrays = (x_train, np.asarray(y_train, "int64"), x_val,
               np.asarray(y_val, "int64"))
@@ -164,7 +166,8 @@ def from_arrays(name, x_train, y_train, x_val, y_val, num_classes,
                     channels or native, image_size, arrays=arrays,
                     tf_pipelines=functools.partial(
                         tf_pipeline.from_arrays, arrays, num_classes,
-                        image_size, channels or native))
+                        image_size, channels or native),
+                    raw=RawImages(tuple(x_train.shape[1:]), raw_max))
 
 
 def load_directory(data_dir, image_size, seed=0, check_images=True):
@@ -209,7 +212,8 @@ def load_directory(data_dir, image_size, seed=0, check_images=True):
         return train.map(scale), val.map(scale)
 
     return DataSpec("directory", len(classes), len(files[0]), len(files[2]),
-                    3, image_size, files=files, tf_pipelines=tf_pipelines)
+                    3, image_size, files=files, tf_pipelines=tf_pipelines,
+                    raw=RawImages((None, None, 3), 255.0))
 
 
 def _list_directory(root, split, seed, check_images):

@@ -10,6 +10,17 @@ class DataError(ValueError):
     """Bad data input (the command reports it on one line, exit code 2)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RawImages:
+    """The images as the data set gives them, which the saved model takes
+    (`exported.py`): `shape` (height, width, channels; None where sizes
+    vary) and `max_value`, the value that is white (16 for digits, 255
+    for 8-bit images, 1 for synthetic ones)."""
+
+    shape: tuple
+    max_value: float
+
+
 @dataclasses.dataclass
 class DataSpec:
     """A data set, checked; its pipelines are built by
@@ -40,6 +51,8 @@ class DataSpec:
     train_for_epoch: object = None
     # x in [0, 1] -> model input; None: (x - 0.5) * 2.
     normalize: object = None
+    # What the saved model takes (`RawImages`); None: the model's input.
+    raw: RawImages = None
 
     @functools.cached_property
     def _pipelines(self):

@@ -1,0 +1,109 @@
+"""One writer per run folder: an OS lock on `model_dir/run.lock`.
+
+A training run takes `fcntl.flock(LOCK_EX | LOCK_NB)` on `run.lock` before
+it writes anything in `model_dir` and holds it until it ends; the kernel
+releases it when the process dies, however it dies, so a kill never
+leaves a stale lock. The holder writes who it is into the file
+
+    {"pid": 4242, "host": "node7", "started": "2025-06-01 12:00:00"}
+
+and a second run on the same folder is refused with one line naming the
+folder and that holder (`LockedError`, exit code 2). The processes of one
+multi-process run share the chief's lock: only the chief takes it (the
+others write nothing in `model_dir`, or their own `worker_N/`).
+
+On a file system without `flock` (some network file systems: see
+docs/training.md), the run goes on unlocked and says so on one line.
+"""
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+
+from keras_largebatch.train import PROG
+from keras_largebatch.train.checkpointing import disk
+from keras_largebatch.train.checkpointing import names
+
+# flock's errors where the file system has no locks (not a held lock).
+UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+class LockedError(ValueError):
+    """Another run holds `model_dir` (one line, exit code 2)."""
+
+
+class RunLock:
+    """The lock a run holds on its `model_dir` (`acquire`), released by
+    `release` or by the process's end. `created`: the folder was made to
+    hold the lock, so a run refused later leaves nothing behind."""
+
+    def __init__(self, model_dir, file, created):
+        self.model_dir = model_dir
+        self.file = file
+        self.created = created
+
+    def release(self, remove_if_empty=False):
+        """Releases the lock; with `remove_if_empty`, removes the folder
+        `acquire` created, if it holds nothing but the lock file."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        if remove_if_empty and self.created:
+            path = os.path.join(self.model_dir, names.LOCK)
+            if os.listdir(self.model_dir) == [names.LOCK]:
+                os.remove(path)
+                os.rmdir(self.model_dir)
+
+
+def acquire(model_dir):
+    """Takes the lock on `model_dir` (created if missing, after
+    `disk.check_model_dir`) and writes the holder into it; returns a
+    `RunLock`. Raises `LockedError` naming the holder, or
+    `disk.OutputError`."""
+    disk.check_model_dir(model_dir)
+    created = not os.path.isdir(model_dir)
+    os.makedirs(model_dir, exist_ok=True)
+    path = os.path.join(model_dir, names.LOCK)
+    file = open(path, "a+")
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in UNSUPPORTED:
+            print(f"{PROG}: {model_dir} is not locked: its file system has "
+                  f"no flock ({e.strerror}); make sure no other run uses "
+                  f"this folder", file=sys.stderr)
+            return RunLock(model_dir, file, created)
+        file.seek(0)
+        holder = file.read()
+        file.close()
+        raise LockedError(
+            f"`model_dir` is in use by another run ({describe(holder)}); "
+            f"a second run would overwrite its files. Wait for it to end "
+            f"or use another --model_dir. Received: "
+            f"model_dir={model_dir!r}") from None
+    file.seek(0)
+    file.truncate()
+    file.write(json.dumps(holder_of_this_process()) + "\n")
+    file.flush()
+    return RunLock(model_dir, file, created)
+
+
+def holder_of_this_process():
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": datetime.datetime.now().isoformat(
+                sep=" ", timespec="seconds")}
+
+
+def describe(text):
+    """`pid 4242 on node7, started 2025-06-01 12:00:00`, from the lock
+    file's `text` (what its holder wrote)."""
+    try:
+        holder = json.loads(text)
+        return (f"pid {holder['pid']} on {holder['host']}, started "
+                f"{holder['started']}")
+    except (ValueError, TypeError, KeyError):
+        return "its holder has not written its name yet"
