@@ -26,7 +26,7 @@ from bench.core.provenance import machine
 from bench.core.provenance import now
 from bench.core.records import RESULTS
 from keras_largebatch._shared import atomic_write
-from keras_largebatch.train import imagenet
+from keras_largebatch.train.data import imagenet
 
 MACHINE = machine("tensorflow")
 SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
@@ -119,8 +119,8 @@ def write(name, **fields):
 
 def fashion_mnist(args):
     """tf.data against Grain on Fashion-MNIST with augmentation."""
-    from keras_largebatch.train import augment
-    from keras_largebatch.train import augment_numpy
+    from keras_largebatch.train.data import augment
+    from keras_largebatch.train.data import augment_numpy
     from keras_largebatch.train import data
     from keras_largebatch.train.data import grain_pipeline
 

@@ -152,7 +152,7 @@ TABLE = (
          group='data', minimum=0),
     Flag('num_train_examples', 'integer', 0,
         'tfrecord: training examples (steps per epoch); 0: from index.json '
-        'in --data_dir (python -m keras_largebatch.train.imagenet DIR '
+        'in --data_dir (python -m keras_largebatch.train.data.imagenet DIR '
         "writes it) or ImageNet's 1,281,167. Nothing is counted at start.",
          group='data', minimum=0),
     Flag('num_validation_examples', 'integer', 0,

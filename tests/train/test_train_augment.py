@@ -5,7 +5,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from keras_largebatch.train import augment  # noqa: E402
+from keras_largebatch.train.data import augment  # noqa: E402
 from keras_largebatch.train.data import registry  # noqa: E402
 
 

@@ -148,7 +148,7 @@ def test_tf_data_processes_read_slices_that_tile_the_global_batch():
     # Several JAX or torch processes on tf.data: process p keeps rows
     # [p * B / P, (p + 1) * B / P) of each augmented batch, train and
     # validation alike; together they are the one process's batches.
-    from keras_largebatch.train import augment
+    from keras_largebatch.train.data import augment
     from keras_largebatch.train.data import tf_pipeline
 
     rng = np.random.default_rng(0)

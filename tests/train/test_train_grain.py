@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from keras_largebatch.train import augment_numpy
+from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train import data
 from keras_largebatch.train.data import grain_pipeline
 

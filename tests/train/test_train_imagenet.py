@@ -10,7 +10,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from keras_largebatch.train import data  # noqa: E402
-from keras_largebatch.train import imagenet  # noqa: E402
+from keras_largebatch.train.data import imagenet  # noqa: E402
 
 # (height, width) of the JPEGs: square, wide, tall, small, odd.
 SHAPES = [(64, 64), (48, 96), (120, 60), (33, 47), (80, 100)]

@@ -84,7 +84,7 @@ def _batches(spec, peek=False, **kwargs):
 
 def test_data_of_an_epoch_depends_on_seed_and_epoch_only():
     pytest.importorskip("tensorflow")  # The tf.data pipeline's property.
-    from keras_largebatch.train import augment
+    from keras_largebatch.train.data import augment
 
     spec = data.load_synthetic(12, 3, num_examples=60)
     aug = augment.build("crop_flip", 12)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch.train import PROG
-from keras_largebatch.train import augment_numpy
+from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train import exported
 from keras_largebatch.train import main as train_main
 from keras_largebatch.train import recipe

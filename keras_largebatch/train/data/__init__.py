@@ -24,8 +24,8 @@ import math
 
 import keras
 
-from keras_largebatch.train import augment
-from keras_largebatch.train import augment_numpy
+from keras_largebatch.train.data import augment
+from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train import recipe
 from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train.data import registry

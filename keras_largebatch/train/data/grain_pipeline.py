@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from keras_largebatch.train import augment_numpy
+from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train.data.formats import decode_image
 from keras_largebatch.train.data.spec import epoch_seed
 

@@ -254,7 +254,7 @@ def load_tfrecord(data_dir, image_size, num_classes=1000, seed=0,
     require_tensorflow("`dataset=tfrecord`")
     import tensorflow as tf
 
-    from keras_largebatch.train import imagenet
+    from keras_largebatch.train.data import imagenet
 
     paths = _checked_tfrecords(root, num_classes)
     counts = imagenet.counts(root, *num_examples)
@@ -291,7 +291,7 @@ def _checked_tfrecords(data_dir, num_classes):
     checked."""
     import tensorflow as tf
 
-    from keras_largebatch.train import imagenet
+    from keras_largebatch.train.data import imagenet
 
     paths = imagenet.files(data_dir)
     for split, found in paths.items():

@@ -17,7 +17,7 @@ the whole global batch and each process applies its rows (`rows`).
 
 import numpy as np
 
-from keras_largebatch.train.augment import stages
+from keras_largebatch.train.data.augment import stages
 
 
 class NumpyAugmenter:

@@ -10,7 +10,7 @@ and an error names the file.
 The example counts (for steps per epoch and the learning-rate schedule)
 come, in order, from `--num_train_examples`/`--num_validation_examples`,
 from `index.json` in the folder (written once by
-`python -m keras_largebatch.train.imagenet DATA_DIR`, a full scan), or
+`python -m keras_largebatch.train.data.imagenet DATA_DIR`, a full scan), or
 are ImageNet's: 1,281,167 and 50,000.
 
 Training images: a random-resized crop (area 8%-100% of the image, aspect
@@ -190,7 +190,7 @@ def normalizer(init_weights=None):
 
 def main(argv):
     if len(argv) != 2 or not os.path.isdir(argv[1]):
-        print("usage: python -m keras_largebatch.train.imagenet DATA_DIR",
+        print("usage: python -m keras_largebatch.train.data.imagenet DATA_DIR",
               file=sys.stderr)
         return 2
     index = write_index(argv[1])
