@@ -18,7 +18,7 @@ where it reads one flag of a part that is otherwise not its business:
               ...)                                  -> the callbacks of `fit`
 
 `Devices` is where the run computes (`placement.place(placement)`), `Run`
-what the builders built. What the run writes around `fit` is `report.py`'s.
+what the builders built. What the run writes around `fit` is `outputs/report.py`'s.
 """
 
 import dataclasses
@@ -28,7 +28,7 @@ from keras_largebatch._shared import require
 from keras_largebatch.train import divergence
 from keras_largebatch.train import interrupt
 from keras_largebatch.train import checkpointing
-from keras_largebatch.train import outputs
+from keras_largebatch.train.outputs import callbacks as outputs
 from keras_largebatch.train import recipe
 from keras_largebatch.train.checkpointing import resume
 
@@ -231,7 +231,7 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
         *_step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
                            within_epoch, growing, strategy),
         *_residual_checkpoints(compression, strategy, backup),
-        resume.step_randomness(runtime.seed, within_epoch),
+        outputs.step_randomness(runtime.seed, within_epoch),
         *_precise_bn(evaluation.precise_bn_batches, inputs),
     ]
     if not peer:

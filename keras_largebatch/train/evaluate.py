@@ -19,6 +19,8 @@ first recomputed over N training batches of its last epoch.
 import os
 
 from keras_largebatch.train import PROG
+from keras_largebatch.train.data import grain_pipeline
+from keras_largebatch.train.outputs import files
 
 
 def run_values(values, given):
@@ -51,7 +53,6 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
     import keras
 
     from keras_largebatch.train.checkpointing import epochs as checkpoints
-    from keras_largebatch.train import outputs
 
     path = checkpoints.latest(model_dir)
     if path is None:
@@ -67,7 +68,7 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
         epoch = checkpoints.epoch_of(path) or epochs
         recompute_batch_norm_statistics(
             run.model, run.inputs.precise_bn_batches(epoch - 1), count)
-    with outputs.no_end_of_input_warning():
+    with grain_pipeline.no_end_of_input_warning():
         metrics = run.model.evaluate(run.inputs.validation, verbose=0,
                                      return_dict=True)
     result = {
@@ -84,7 +85,7 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
     if "top5_accuracy" in metrics:
         result["top5_accuracy"] = float(metrics["top5_accuracy"])
     where = os.path.join(model_dir, "eval.json")
-    outputs.write_json(where, result)
+    files.write_json(where, result)
     print(f"{PROG}: val_accuracy={result['val_accuracy']:.4f} "
           f"({result['checkpoint']}) -> {where}")
     return 0

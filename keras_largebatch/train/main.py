@@ -5,7 +5,7 @@
 trains AlexNet-BN (67x67) on the embedded digits with LARSMixed, warmup and
 polynomial decay, shows Keras' progress bar (one line per epoch when stdout
 is not a terminal) and writes `summary.json`,
-`learning_curves.png` and checkpoints (see `outputs.py`, `checkpointing/`).
+`learning_curves.png` and checkpoints (see `outputs/`, `checkpointing/`).
 Running it again with the same `--model_dir` resumes from the last
 checkpoint that loads whole.
 
@@ -47,14 +47,15 @@ from keras_largebatch.train import builders
 from keras_largebatch.train import cli
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
+from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train import divergence
 from keras_largebatch.train import evaluate
 from keras_largebatch.train import flags as train_flags
 from keras_largebatch.train import interrupt
-from keras_largebatch.train import outputs
+from keras_largebatch.train.outputs import callbacks
 from keras_largebatch.train import processes
 from keras_largebatch.train import recipe
-from keras_largebatch.train import report
+from keras_largebatch.train.outputs import report
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import lock
 from keras_largebatch.train.checkpointing import resume
@@ -240,7 +241,7 @@ def _train(config, run, start, out_dir, peer):
     os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
     checkpointing.tidy(out_dir, run.initial_epoch if run.resuming else None)
     report.begin(run, out_dir)
-    throughput = outputs.Throughput(run.inputs.step_batch)
+    throughput = callbacks.Throughput(run.inputs.step_batch)
     callbacks = builders.callbacks(
         config.runtime, config.adaptive, config.evaluation, run.inputs,
         throughput, out_dir,
@@ -249,7 +250,7 @@ def _train(config, run, start, out_dir, peer):
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
         start=run.resuming.start if run.resuming else None)
-    with outputs.no_end_of_input_warning():
+    with grain_pipeline.no_end_of_input_warning():
         history = run.model.fit(
             run.inputs.train, validation_data=run.inputs.validation,
             epochs=config.training.epochs,

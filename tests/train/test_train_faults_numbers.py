@@ -148,14 +148,14 @@ def test_the_divergence_check_runs_before_every_callback(tmp_path):
     import types
 
     from keras_largebatch.train import builders
-    from keras_largebatch.train import outputs
+    from keras_largebatch.train.outputs import callbacks
 
     config = train_main.parse([PROG, f"--model_dir={tmp_path}"])
     inputs = types.SimpleNamespace(step_batch=32, steps_per_epoch=4,
                                    train=None, validation=None)
     found = builders.callbacks(
         config.runtime, config.adaptive, config.evaluation, inputs,
-        outputs.Throughput(32), str(tmp_path), gradient_accumulation_steps=1)
+        callbacks.Throughput(32), str(tmp_path), gradient_accumulation_steps=1)
     assert isinstance(found[0], divergence.StopOnDivergence)
     assert not any(isinstance(c, divergence.StopOnDivergence)
                    for c in found[1:])

@@ -14,7 +14,7 @@ from keras_largebatch.train import batch_schedule
 from keras_largebatch.train import builders
 from keras_largebatch.train import flags
 from keras_largebatch.train import main as train_main
-from keras_largebatch.train import outputs
+from keras_largebatch.train.outputs import files
 from keras_largebatch.train.checkpointing import resume
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs",
@@ -178,7 +178,7 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
         return dict(config.recorded(), image_size=67, num_classes=10)
 
     # The same flags, with the adaptive batch's flags of today (`upgrade`).
-    outputs.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
+    files.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
     assert now == resume.upgrade(json.loads(text))
     assert set(now) - set(json.loads(text)) == {

@@ -8,7 +8,7 @@ import keras
 import pytest
 
 from keras_largebatch.train import main as train_main
-from keras_largebatch.train import outputs
+from keras_largebatch.train.outputs import callbacks
 from keras_largebatch.train import placement
 
 BACKEND = keras.backend.backend()
@@ -59,8 +59,8 @@ class _Clock:
 def test_images_per_sec_counts_every_step_after_the_one_that_compiles(
         monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(outputs.time, "perf_counter", clock)
-    meter = outputs.Throughput(global_batch_size=256)
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    meter = callbacks.Throughput(global_batch_size=256)
     # The first step holds a 30 s compilation; the 99 others of epoch 1
     # take 0.1 s, epochs 2 and 3 100 steps in 4 s and 6 s: 299 x 256
     # images in 19.9 s, whatever the data size.
@@ -81,8 +81,8 @@ def test_images_per_sec_counts_every_step_after_the_one_that_compiles(
 def test_a_resumed_process_times_the_steps_after_its_own_compilation(
         monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(outputs.time, "perf_counter", clock)
-    meter = outputs.Throughput(global_batch_size=32)
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    meter = callbacks.Throughput(global_batch_size=32)
     # Resumed for its last epoch: 12 s to compile again, then 9 steps.
     meter.on_epoch_begin(5)
     for step, seconds in enumerate([12.0] + [0.5] * 9):
@@ -93,7 +93,7 @@ def test_a_resumed_process_times_the_steps_after_its_own_compilation(
     assert meter.images_per_sec() == pytest.approx(9 * 32 / 4.5)
     assert logs["images_per_sec"] == pytest.approx(9 * 32 / 4.5)
     # One step in all: nothing timed, no rate (never 0).
-    single = outputs.Throughput(global_batch_size=32)
+    single = callbacks.Throughput(global_batch_size=32)
     single.on_epoch_begin(0)
     single.on_train_batch_end(0)
     logs = {}

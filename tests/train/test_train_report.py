@@ -3,7 +3,7 @@ what the measured B_simple means for the batch, in one line."""
 
 import pytest
 
-from keras_largebatch.train import report
+from keras_largebatch.train.outputs import report
 
 
 @pytest.mark.parametrize(

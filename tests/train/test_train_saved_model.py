@@ -11,7 +11,7 @@ import pytest
 
 from keras_largebatch.train import PROG
 from keras_largebatch.train.data import augment_numpy
-from keras_largebatch.train import exported
+from keras_largebatch.train.outputs import exported
 from keras_largebatch.train import main as train_main
 from keras_largebatch.train import recipe
 from keras_largebatch.train.data import loaders
@@ -99,12 +99,11 @@ def test_the_saved_model_does_the_pipelines_resize_channels_and_scaling(
 
 def test_a_saved_model_is_read_back_into_the_training_model(small,
                                                            tmp_path):
-    from keras_largebatch.train import outputs
 
     spec, _ = _uint8_spec(3)
     model = recipe.build_model("alexnet_bn", 67, 10)
     path = str(tmp_path / "final.keras")
-    outputs.save_keras(model, spec, path)
+    exported.save_keras(model, spec, path)
     other = recipe.build_model("alexnet_bn", 67, 10)
     other.load_weights(path)  # What --mode=eval and a resume do.
     for a, b in zip(model.get_weights(), other.get_weights()):

@@ -192,7 +192,7 @@ def test_an_epoch_backup_killed_while_saving_resumes_one_whole_epoch(
         raise KeyboardInterrupt
 
     if killed_after == "weights":
-        monkeypatch.setattr(files, "write_json", kill)
+        monkeypatch.setattr(files, "save_json", kill)
     else:
         monkeypatch.setattr(os, "replace", lambda a, b: (
             kill() if os.path.basename(a).startswith("staged_") else real(a, b)))

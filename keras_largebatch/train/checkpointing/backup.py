@@ -38,7 +38,7 @@ class Backup(keras.callbacks.BackupAndRestore):
         os.makedirs(self.save_dir, exist_ok=True)
         staged = names.STAGED.format(self._current_epoch)
         written = files.save(self.model, os.path.join(self.save_dir, staged))
-        files.write_json(os.path.join(self.save_dir, names.BACKUP_METADATA), {
+        files.save_json(os.path.join(self.save_dir, names.BACKUP_METADATA), {
             "epoch": self._current_epoch,
             "batch": self._last_batch_seen,
             "seed_states": [s.numpy().tolist()

@@ -102,7 +102,7 @@ def prune(folder, keep):
 
 def save_final(save, folder, model_dir, epoch, keep=2):
     """Saves the final model once, with `save(path)` (the command's
-    `outputs.save_keras`): as epoch `epoch`'s checkpoint
+    `outputs.exported.save_keras`): as epoch `epoch`'s checkpoint
     (`epoch_NNN.keras`, replacing that epoch's `.weights.h5`) and, under a
     second name, as `model_dir/final.keras`.
 

@@ -15,7 +15,6 @@ HDF5 file. `tidy` removes what a killed run left.
 
 import errno
 import io
-import json
 import os
 import shutil
 import zlib
@@ -23,6 +22,7 @@ import zlib
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import atomic_write
 from keras_largebatch.train.checkpointing import names
+from keras_largebatch.train.outputs.files import write_json
 
 # HDF5's own structures beside the variables' bytes, with a margin.
 OVERHEAD = 1.1
@@ -88,10 +88,11 @@ def weights_bytes(model):
     return buffer.getbuffer()  # No copy.
 
 
-def write_json(path, obj):
-    """Writes `obj` as JSON to `path` atomically; `SaveError` on failure."""
+def save_json(path, obj):
+    """Writes `obj` as JSON to `path` atomically (`outputs.files.write_json`);
+    `SaveError` on failure."""
     try:
-        atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        write_json(path, obj)
     except OSError as e:
         raise SaveError(f"could not write {path} ({e.strerror or e}). The "
                         f"last complete checkpoint is kept.") from None

@@ -248,34 +248,3 @@ def _damaged(path, model_dir, why):
         "resumed against it. Restore the file, move it away to start a new "
         "run there, or use another --model_dir. Received: "
         f"model_dir={model_dir!r}")
-
-
-def step_randomness(seed, within_epoch=None):
-    """A callback that reseeds torch's global generator before each step.
-
-    Under torch, Keras' `Dropout` without a seed of its own draws from
-    torch's global generator, which no checkpoint holds (and which the
-    first epoch of a process consumes differently); seeding it from
-    `(seed, epoch, step)` makes a replayed epoch draw what the original
-    drew. (Layers' own `SeedGenerator` states travel in the backup.) A run
-    resumed `within_epoch` (a `within_epoch.Position`) counts that
-    epoch's steps from where it resumed.
-    """
-    import keras
-    import numpy as np
-
-    class StepRandomness(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_begin(self, batch, logs=None):
-            if keras.backend.backend() == "torch":
-                import torch
-
-                if within_epoch and self.epoch == within_epoch.epoch:
-                    batch += within_epoch.micro_batches
-                words = np.random.SeedSequence(
-                    [seed, self.epoch, batch]).generate_state(2)
-                torch.manual_seed(int(words[0]) << 32 | int(words[1]))
-
-    return StepRandomness()

@@ -164,7 +164,7 @@ class StepCheckpoints(keras.callbacks.Callback):
                     "start_epoch": self.data.start_epoch}
         pending = (self.adaptive.state.pending_accumulation_steps
                    if self.adaptive is not None else None)
-        files.write_json(os.path.join(self.save_dir, names.POINTER), {
+        files.save_json(os.path.join(self.save_dir, names.POINTER), {
             "epoch": self._epoch, "step": self.step, "micro_batches": micro,
             "data": data, "pending_accumulation_steps": pending,
             "seed_states": [s.numpy().tolist()

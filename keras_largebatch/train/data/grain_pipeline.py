@@ -18,7 +18,9 @@ process would read.
 """
 
 import collections
+import contextlib
 import functools
+import warnings
 
 import numpy as np
 
@@ -166,3 +168,13 @@ def resumable(train, start_epoch, state=None):
             return self._states[consumed]
 
     return Resumable()
+
+
+@contextlib.contextmanager
+def no_end_of_input_warning():
+    """Silences Keras' "Your input ran out of data" warning: its Grain
+    adapter knows no length, so the end of every validation pass reads as
+    running out."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Your input ran out of data")
+        yield

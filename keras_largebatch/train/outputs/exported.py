@@ -2,7 +2,7 @@
 
 The command trains on images it has resized, repeated to three channels
 and scaled to [-1, 1] in its input pipeline. The `.keras` files it writes
-(`outputs.save_keras`) do the same inside, in stock Keras layers, so that
+(`save_keras`) do the same inside, in stock Keras layers, so that
 the data set's images as it gives them (`DataSpec.raw`) score as in
 training:
 
@@ -23,6 +23,8 @@ that loading needs no package (the CIFAR ResNet's `PadChannels` still does).
 """
 
 import keras
+
+from keras_largebatch.train.checkpointing import epochs as checkpoints
 
 # The preprocessing layers' dtype: scaling 0..255 in float16 would round.
 DTYPE = "float32"
@@ -66,3 +68,11 @@ def _stock(model):
     except ImportError:
         return model
     return to_stock(model)
+
+
+def save_keras(model, spec, path):
+    """Writes `model` as a `.keras` file at `path` taking the data set's
+    own images (`exported`, `spec` a `DataSpec`), atomically,
+    without optimizer: every `.keras` file of the command is written
+    here."""
+    checkpoints.save_model(exported(model, spec), path)

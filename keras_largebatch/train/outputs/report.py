@@ -23,9 +23,10 @@ import time
 from keras_largebatch._shared import check_int
 from keras_largebatch.train import PROG
 from keras_largebatch.train import checkpointing
-from keras_largebatch.train import outputs
 from keras_largebatch.train import recipe
 from keras_largebatch.train.checkpointing import resume
+from keras_largebatch.train.outputs import exported
+from keras_largebatch.train.outputs import files
 
 
 def begin(run, out_dir):
@@ -41,7 +42,7 @@ def begin(run, out_dir):
     if not run.devices.chief:
         return
     if not run.resuming:
-        outputs.write_json(os.path.join(out_dir, "run_config.json"),
+        files.write_json(os.path.join(out_dir, "run_config.json"),
                            run.recorded)
     elif run.resuming.raised:
         print(f"{PROG}: {run.schedule.raise_message}")
@@ -58,7 +59,7 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     learning_rate, adaptive, and runtime's `keep_checkpoints`.
     """
     checkpointing.save_final(
-        functools.partial(outputs.save_keras, run.model, run.spec),
+        functools.partial(exported.save_keras, run.model, run.spec),
         os.path.join(out_dir, "checkpoints"), out_dir,
         run.initial_epoch + len(history.epoch),
         config.runtime.keep_checkpoints)
@@ -73,7 +74,7 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
         if not isinstance(previous, dict):
             previous = {}
     wall_now = time.perf_counter() - start
-    logs = read_history(out_dir, history)
+    logs = files.read_history(out_dir, history)
     summary = summarize(config, run, history, val_metrics, throughput,
                         previous, wall_now, logs)
     if "gradient_noise_scale" in summary:
@@ -82,13 +83,13 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
             summary.get("final_global_batch_size",
                         config.training.global_batch_size)))
     if run.devices.chief:
-        outputs.plot_learning_curves(
+        files.plot_learning_curves(
             logs,
             os.path.join(out_dir, "learning_curves.png"),
             f"{config.network.model} on {config.data.dataset}, batch "
             f"{config.training.global_batch_size}, "
             f"{config.optimization.optimizer}")
-        outputs.write_json(summary_path, summary)
+        files.write_json(summary_path, summary)
     where = summary_path if run.devices.chief else (
         "(not the chief: no summary)")
     grown = ""
@@ -100,13 +101,6 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
           f"images_per_sec={'n/a' if rate is None else f'{rate:.1f}'} "
           f"{grown}wall_seconds={wall_now:.1f} -> {where}")
     return 0
-
-
-def read_history(out_dir, history):
-    """Every epoch's logs of the run, resumed ones included: history.csv
-    where this process writes it, else this invocation's `history`."""
-    found = outputs.read_history(os.path.join(out_dir, "history.csv"))
-    return found or {"epoch": list(history.epoch), **history.history}
 
 
 def _trajectory(batches):

@@ -1,123 +1,18 @@
-"""What a run leaves in `model_dir`, each file written atomically.
+"""The callbacks that report a run while it trains: images per second
+(`Throughput`), validation within epochs (`WithinEpochEvals`, evals.csv),
+TensorBoard scalars (`tensorboard`, `EpochTensorBoard`, `EpochScalars`)
+and, under torch, the seeding of each step (`step_randomness`)."""
 
-    summary.json            model, dataset, global_batch_size, epochs,
-                            val_accuracy, images_per_sec, wall_seconds, ...
-    learning_curves.png     loss and accuracy per epoch (train, validation)
-    history.csv             one row per epoch, kept across resumed runs
-    evals.csv               with --evals_per_epoch > 1: the validation
-                            accuracy within each epoch (`WithinEpochEvals`)
-    run_config.json         the flags of the first run (checked when resuming)
-    epochs_raised.json      each later raise of --epochs
-                            (see checkpointing/resume.py)
-    checkpoints/, final.keras, backup/
-                            the checkpoints (`checkpointing/`: the epoch
-                            backup, within epochs, the epoch checkpoints
-                            and the final model, which takes the data
-                            set's own images: `save_keras`, `exported.py`)
-    run.lock                the lock a running run holds, and who it is
-                            (`checkpointing/lock.py`)
-    tensorboard/            train/ and validation/ scalars per epoch: loss,
-                            accuracy (top5_accuracy), learning_rate,
-                            loss_scale, images_per_sec
-    eval.json               written by --mode=eval (see evaluate.py)
-
-Nothing is written before every input has been checked; each file is
-written to a temporary name in the same folder and renamed over the old
-one, so a failed run never leaves a half-written file.
-"""
-
-import contextlib
 import csv
 import importlib.util
-import json
 import os
 import time
-import warnings
 
 import keras
+import numpy as np
 
 from keras_largebatch._shared import atomic_path
-from keras_largebatch._shared import atomic_write
 from keras_largebatch.train import PROG
-from keras_largebatch.train import exported
-from keras_largebatch.train.checkpointing import epochs as checkpoints
-
-
-def save_keras(model, spec, path):
-    """Writes `model` as a `.keras` file at `path` taking the data set's
-    own images (`exported.exported`, `spec` a `DataSpec`), atomically,
-    without optimizer: every `.keras` file of the command is written
-    here."""
-    checkpoints.save_model(exported.exported(model, spec), path)
-
-
-@contextlib.contextmanager
-def no_end_of_input_warning():
-    """Silences Keras' "Your input ran out of data" warning: its Grain
-    adapter knows no length, so the end of every validation pass reads as
-    running out."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Your input ran out of data")
-        yield
-
-
-def write_json(path, obj):
-    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def read_history(csv_path):
-    """Reads `history.csv` (CSVLogger) into {column: [float, ...]}."""
-    if not os.path.exists(csv_path):
-        return {}
-    with open(csv_path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    history = {}
-    for row in rows:
-        for key, value in row.items():
-            try:
-                history.setdefault(key, []).append(float(value))
-            except (TypeError, ValueError):
-                pass
-    return history
-
-
-def plot_learning_curves(history, path, title=""):
-    """Loss and accuracy per epoch (train and validation), and the update
-    batch of each epoch when it grew (`global_batch_size` in the logs),
-    PNG via Agg."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    epochs = [int(e) + 1 for e in history.get("epoch", [])]
-    batches = history.get("global_batch_size")
-    fig, axes = plt.subplots(1, 3 if batches else 2,
-                             figsize=(13 if batches else 9, 3.5))
-    if batches:
-        ax = axes[2]
-        ax.step(epochs or range(1, len(batches) + 1), batches, where="mid",
-                marker="o")
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("global batch (update)")
-        ax.grid(alpha=0.3)
-    for ax, metric in zip(axes, ("loss", "accuracy")):
-        for key, label in ((metric, "train"), (f"val_{metric}", "validation")):
-            if history.get(key):
-                ax.plot(epochs or range(1, len(history[key]) + 1),
-                        history[key], marker="o", label=label)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=100)
-    finally:
-        plt.close(fig)
 
 
 class Throughput(keras.callbacks.Callback):
@@ -353,3 +248,31 @@ class EpochScalars(keras.callbacks.Callback):
         scale = getattr(optimizer, "dynamic_scale", None)
         logs["loss_scale"] = float(
             keras.ops.convert_to_numpy(scale)) if scale is not None else 1.0
+
+
+def step_randomness(seed, within_epoch=None):
+    """A callback that reseeds torch's global generator before each step.
+
+    Under torch, Keras' `Dropout` without a seed of its own draws from
+    torch's global generator, which no checkpoint holds (and which the
+    first epoch of a process consumes differently); seeding it from
+    `(seed, epoch, step)` makes a replayed epoch draw what the original
+    drew. (Layers' own `SeedGenerator` states travel in the backup.) A run
+    resumed `within_epoch` (a `checkpointing.within_epoch.Position`) counts that
+    epoch's steps from where it resumed.
+    """
+    class StepRandomness(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if keras.backend.backend() == "torch":
+                import torch
+
+                if within_epoch and self.epoch == within_epoch.epoch:
+                    batch += within_epoch.micro_batches
+                words = np.random.SeedSequence(
+                    [seed, self.epoch, batch]).generate_state(2)
+                torch.manual_seed(int(words[0]) << 32 | int(words[1]))
+
+    return StepRandomness()
