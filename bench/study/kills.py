@@ -58,7 +58,7 @@ def child(argv):
     import keras
 
     from keras_largebatch.train import checkpointing
-    from keras_largebatch.train import main
+    from keras_largebatch.train.run import driver as main
 
     if os.environ.get("KILL_AT"):
         at = tuple(map(int, os.environ["KILL_AT"].split(",")))

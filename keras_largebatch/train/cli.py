@@ -56,7 +56,7 @@ def main(argv):
     if problem:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
-    from keras_largebatch.train import main as driver
+    from keras_largebatch.train.run import driver as driver
 
     return driver.main(argv)
 

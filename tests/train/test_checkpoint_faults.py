@@ -49,7 +49,7 @@ def _run(model_dir, kill=None):
 
 
 def _main(model_dir, *extra):
-    from keras_largebatch.train import main
+    from keras_largebatch.train.run import driver as main
 
     return main.main(["keras-largebatch-train", *ARGS, *extra,
                       f"--model_dir={model_dir}"])
@@ -376,8 +376,8 @@ def test_a_failed_write_keeps_the_last_checkpoint_and_no_temporary(
 
 @ONCE
 def test_non_finite_weights_are_never_written(tmp_path):
-    pytest.importorskip("keras_largebatch.train.divergence")
-    from keras_largebatch.train import divergence
+    pytest.importorskip("keras_largebatch.train.run.divergence")
+    from keras_largebatch.train.run import divergence
     from keras_largebatch.train.checkpointing import files
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])

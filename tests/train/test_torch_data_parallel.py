@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from keras_largebatch.distribute import localhost
-from keras_largebatch.train import placement
-from keras_largebatch.train import processes
+from keras_largebatch.train.run import placement
+from keras_largebatch.train.run import processes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -120,7 +120,7 @@ def test_bad_torchrun_variable_is_named(name, value, message, monkeypatch):
 
 def _refusal(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "keras_largebatch.train.main",
+        [sys.executable, "-m", "keras_largebatch.train.cli",
          "--distribution=data_parallel", *ARGS,
          f"--model_dir={tmp_path}/run"],
         env=_env(), capture_output=True, text=True, timeout=300)

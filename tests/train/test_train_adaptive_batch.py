@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 
 BACKEND = keras.backend.backend()
 HERE = os.path.dirname(__file__)
@@ -165,7 +165,7 @@ def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
     adaptive = config.adaptive
     assert (adaptive.max_global_batch_size, adaptive.adaptive_start_multiple,
             adaptive.noise_scale_multiple) == (0, 0, 4.0)
-    from keras_largebatch.train import builders
+    from keras_largebatch.train.run import builders
 
     callback, = builders._adaptive_batch(adaptive, 8)
     assert (callback.start_multiple, callback.given_max_batch_size,
@@ -184,7 +184,7 @@ def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
 def test_the_flags_check_the_settings_the_callback_is_given(flags, tmp_path,
                                                             monkeypatch):
     from keras_largebatch.adaptive_batch import batches
-    from keras_largebatch.train import builders
+    from keras_largebatch.train.run import builders
 
     checked, check = [], batches.check_compiled
     monkeypatch.setattr(batches, "check_compiled", lambda settings, k0, *a: (

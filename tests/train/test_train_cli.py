@@ -10,8 +10,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_largebatch.train import main as train_main
-from keras_largebatch.train import placement
+from keras_largebatch.train.run import driver as train_main
+from keras_largebatch.train.run import placement
 
 BACKEND = keras.backend.backend()
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
@@ -204,7 +204,7 @@ def _subprocess(args, extra_env=None, timeout=600):
     env.pop("TF_CONFIG", None)
     return subprocess.run(
         [sys.executable, "-c",
-         "from keras_largebatch.train.main import run; run()", *args],
+         "from keras_largebatch.train.run.driver import run; run()", *args],
         env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -242,7 +242,7 @@ def test_multi_worker_flag_runs_under_the_strategy_alone(tmp_path):
 STRATEGY_PROBE = """
 import json, sys
 from keras_largebatch import distribute
-from keras_largebatch.train import main
+from keras_largebatch.train.run import driver as main
 
 class Probe:
     def __init__(self, communication_options=None, **kwargs):
@@ -300,7 +300,7 @@ def test_two_workers_with_topk_keep_their_residuals_across_a_resume(tmp_path):
 
     def job(epochs):
         command = [sys.executable, "-c",
-                   "from keras_largebatch.train.main import run; run()",
+                   "from keras_largebatch.train.run.driver import run; run()",
                    "--distribution=multi_worker", "--compression=topk",
                    "--topk_density=0.05", "--collective_timeout_seconds=120",
                    *TINY, f"--epochs={epochs}",

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 
 # synthetic: 448 training and 64 validation images; 4 steps an epoch.
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from keras_largebatch.train import data  # noqa: E402
-from keras_largebatch.train import main as train_main  # noqa: E402
+from keras_largebatch.train.run import driver as train_main  # noqa: E402
 
 DEBIAN = "/usr/share/datasets/fashion-mnist"
 

@@ -20,10 +20,10 @@ from keras_largebatch import LARSMixed
 from keras_largebatch import _backend
 from keras_largebatch.train import PROG
 from keras_largebatch.train import cli
-from keras_largebatch.train import divergence
+from keras_largebatch.train.run import divergence
 from keras_largebatch.train import flags
 from keras_largebatch.train import help_page
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -147,7 +147,7 @@ def test_nonfinite_variables_reads_the_optimizer_but_not_the_loss_scale(
 def test_the_divergence_check_runs_before_every_callback(tmp_path):
     import types
 
-    from keras_largebatch.train import builders
+    from keras_largebatch.train.run import builders
     from keras_largebatch.train.outputs import callbacks
 
     config = train_main.parse([PROG, f"--model_dir={tmp_path}"])

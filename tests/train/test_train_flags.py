@@ -11,9 +11,9 @@ import pytest
 from absl import flags as absl_flags
 
 from keras_largebatch.train import batch_schedule
-from keras_largebatch.train import builders
+from keras_largebatch.train.run import builders
 from keras_largebatch.train import flags
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train.outputs import files
 from keras_largebatch.train.checkpointing import resume
 

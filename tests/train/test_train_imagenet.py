@@ -154,7 +154,7 @@ def test_two_workers_read_disjoint_files_covering_the_data(tmp_path):
 
 def test_the_command_trains_on_tfrecords_without_counting_them(
         small, tmp_path):
-    from keras_largebatch.train import main as train_main
+    from keras_largebatch.train.run import driver as train_main
 
     root = _shards(tmp_path / "d")
     model_dir = tmp_path / "run"

@@ -7,9 +7,9 @@ import zipfile
 import keras
 import pytest
 
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train.outputs import callbacks
-from keras_largebatch.train import placement
+from keras_largebatch.train.run import placement
 
 BACKEND = keras.backend.backend()
 # synthetic: 448 training and 64 validation images.

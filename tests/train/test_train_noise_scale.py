@@ -4,7 +4,7 @@ import json
 import math
 import os
 
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=16",
         "--steps_per_epoch=4", "--verbose=0", "--augment=none",

@@ -157,7 +157,7 @@ TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
 
 
 def _run(*args):
-    from keras_largebatch.train import main as train_main
+    from keras_largebatch.train.run import driver as train_main
 
     return train_main.main(["keras-largebatch-train", *args])
 
@@ -211,7 +211,7 @@ def test_command_checkpoints_hold_the_precise_statistics(small, tmp_path):
 ])
 def test_command_refuses_bad_precise_bn_batches(args, expected, tmp_path,
                                                 capsys, monkeypatch):
-    from keras_largebatch.train import placement
+    from keras_largebatch.train.run import placement
 
     # No TF_CONFIG cluster is needed: the flag is refused first.
     monkeypatch.setattr(placement, "_multi_worker_strategy",

@@ -5,7 +5,7 @@ import pytest
 import keras
 
 from keras_largebatch.train import data
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 
 BACKEND = keras.backend.backend()
 # Augmentation, dropout (in `small_model`), shuffling and steps_per_epoch

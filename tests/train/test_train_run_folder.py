@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from keras_largebatch.train import PROG
-from keras_largebatch.train import divergence
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import divergence
+from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train.checkpointing import lock
 
 HERE = os.path.dirname(os.path.abspath(__file__))

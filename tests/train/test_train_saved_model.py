@@ -12,7 +12,7 @@ import pytest
 from keras_largebatch.train import PROG
 from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train.outputs import exported
-from keras_largebatch.train import main as train_main
+from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train import recipe
 from keras_largebatch.train.data import loaders
 

@@ -78,7 +78,7 @@ def test_a_run_killed_within_an_epoch_resumes_there_bit_identical(
 @pytest.mark.parametrize("value", ["-1", "x"])
 def test_a_bad_checkpoint_every_steps_exits_2_with_one_line(
         value, tmp_path, capsys):
-    from keras_largebatch.train import main
+    from keras_largebatch.train.run import driver as main
 
     code = main.main(["keras-largebatch-train",
                       f"--checkpoint_every_steps={value}",
@@ -91,7 +91,7 @@ def test_a_bad_checkpoint_every_steps_exits_2_with_one_line(
 
 def test_checkpoints_within_epochs_refuse_evaluations_within_epochs():
     from keras_largebatch.train import flags as train_flags
-    from keras_largebatch.train import main
+    from keras_largebatch.train.run import driver as main
 
     with pytest.raises(ValueError, match="checkpoint_every_steps=2"):
         main.parse(["prog", "--model_dir=/tmp/x", "--checkpoint_every_steps=2",

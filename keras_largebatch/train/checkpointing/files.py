@@ -123,7 +123,7 @@ def _itemsize(dtype):
 
 def _refuse_nonfinite(model, path):
     try:
-        from keras_largebatch.train import divergence
+        from keras_largebatch.train.run import divergence
     except ImportError:
         return
     bad = divergence.nonfinite_variables(model)

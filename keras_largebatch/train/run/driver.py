@@ -42,24 +42,24 @@ from absl import app
 from absl import flags
 
 from keras_largebatch.train import PROG
-from keras_largebatch.train import banner
-from keras_largebatch.train import builders
+from keras_largebatch.train.run import banner
+from keras_largebatch.train.run import builders
 from keras_largebatch.train import cli
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
 from keras_largebatch.train.data import grain_pipeline
-from keras_largebatch.train import divergence
-from keras_largebatch.train import evaluate
+from keras_largebatch.train.run import divergence
+from keras_largebatch.train.run import evaluate
 from keras_largebatch.train import flags as train_flags
-from keras_largebatch.train import interrupt
+from keras_largebatch.train.run import interrupt
+from keras_largebatch.train.run import processes
 from keras_largebatch.train.outputs import callbacks
-from keras_largebatch.train import processes
 from keras_largebatch.train import recipe
 from keras_largebatch.train.outputs import report
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import lock
 from keras_largebatch.train.checkpointing import resume
-from keras_largebatch.train.placement import place
+from keras_largebatch.train.run.placement import place
 
 
 # A checkpoint could not be written (a full or failing disk): exit code.

@@ -1,4 +1,4 @@
-"""Where a run computes: the builder of `builders.Devices`.
+"""Where a run computes: `Devices`, and `place`, which builds them.
 
 `place(placement)` reads the flags of `RunConfig.placement`, first
 `--distribution`:
@@ -16,14 +16,38 @@ distribution, a `TF_CONFIG` that is not JSON, or a torch run of
 `data_parallel` outside `torchrun`.
 """
 
+import dataclasses
 import json
 import os
 
 import keras
 
 from keras_largebatch import distribute
-from keras_largebatch.train import processes
-from keras_largebatch.train.builders import Devices
+from keras_largebatch.train.run import processes
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    """Where the run computes (`--distribution`).
+
+    Attributes:
+        strategy: the `MultiWorkerMirroredStrategy`, or None.
+        replicas: model replicas over all workers or devices.
+        chief: whether this process writes the run's outputs.
+        task: this worker's (TF_CONFIG) or process's (JAX, torch) index.
+        workers: TF_CONFIG's workers (1 without one).
+        process_index, process_count: this process among the job's (JAX
+            processes, or torch's under torchrun: its rank, world size).
+    """
+
+    strategy: object = None
+    replicas: int = 1
+    chief: bool = True
+    task: int = 0
+    workers: int = 1
+    process_index: int = 0
+    process_count: int = 1
+
+
 
 # The first Keras whose torch `fit` wraps the model in torch's
 # DistributedDataParallel (keras-team/keras#23316).
@@ -87,7 +111,7 @@ def _torch_processes(placement):
         raise ValueError(
             "`distribution=data_parallel` on the torch backend runs under "
             "torchrun (`torchrun --nproc_per_node=N -m "
-            "keras_largebatch.train.main ...`), which sets RANK and "
+            "keras_largebatch.train.run.driver ...`), which sets RANK and "
             "WORLD_SIZE; use --distribution=none for one process. "
             "Received: WORLD_SIZE=None")
     gpu = keras.distribution.list_devices()[0].startswith("gpu")

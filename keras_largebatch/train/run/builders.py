@@ -1,6 +1,6 @@
 """The run, assembled by builders with explicit inputs and outputs.
 
-`main.prepare` calls them in turn, as Model Garden's `train_lib` hands a
+`driver.prepare` calls them in turn, as Model Garden's `train_lib` hands a
 typed config to a task, a trainer and a controller. Each takes the parts
 of `flags.RunConfig` it reads (`config.training`, ...), and a lone value
 where it reads one flag of a part that is otherwise not its business:
@@ -17,43 +17,21 @@ where it reads one flag of a part that is otherwise not its business:
     callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
               ...)                                  -> the callbacks of `fit`
 
-`Devices` is where the run computes (`placement.place(placement)`), `Run`
-what the builders built. What the run writes around `fit` is `outputs/report.py`'s.
+`Run` is what the builders built (`placement.Devices` is where it
+computes). What the run writes around `fit` is `outputs/report.py`'s.
 """
 
 import dataclasses
 import os
 
 from keras_largebatch._shared import require
-from keras_largebatch.train import divergence
-from keras_largebatch.train import interrupt
+from keras_largebatch.train.run import divergence
+from keras_largebatch.train.run import interrupt
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train.outputs import callbacks as outputs
 from keras_largebatch.train import recipe
 from keras_largebatch.train.checkpointing import resume
-
-
-@dataclasses.dataclass(frozen=True)
-class Devices:
-    """Where the run computes (`--distribution`).
-
-    Attributes:
-        strategy: the `MultiWorkerMirroredStrategy`, or None.
-        replicas: model replicas over all workers or devices.
-        chief: whether this process writes the run's outputs.
-        task: this worker's (TF_CONFIG) or process's (JAX, torch) index.
-        workers: TF_CONFIG's workers (1 without one).
-        process_index, process_count: this process among the job's (JAX
-            processes, or torch's under torchrun: its rank, world size).
-    """
-
-    strategy: object = None
-    replicas: int = 1
-    chief: bool = True
-    task: int = 0
-    workers: int = 1
-    process_index: int = 0
-    process_count: int = 1
+from keras_largebatch.train.run.placement import Devices
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,10 @@
+"""A run, from the parsed command line to its exit code.
+
+`driver` (parses once, places, has the builders assemble the run, then
+fits or evaluates), `placement` (`Devices`: where the run computes),
+`processes` (several JAX or torch processes, and the supervisor of a JAX
+job's processes), `builders` (schedule, model, callbacks, the `Run`),
+`evaluate` (`--mode=eval`), `divergence` (a diverged run stops, exit
+code 3), `interrupt` (Ctrl-C: one line, exit code 130) and `banner` (what
+a run says before it trains).
+"""
