@@ -58,7 +58,7 @@ def child(argv):
     import keras
 
     from keras_largebatch.train import checkpointing
-    from keras_largebatch.train.run import driver as main
+    from keras_largebatch.train import cli
 
     if os.environ.get("KILL_AT"):
         at = tuple(map(int, os.environ["KILL_AT"].split(",")))
@@ -84,7 +84,7 @@ def child(argv):
         keras.Model.fit = fit_and_kill
     # As its own argv: a supervised JAX process runs this script again.
     sys.argv = [sys.argv[0], *argv]
-    main.run()
+    cli.run()
 
 
 def job(setup, model_dir, kill=None):

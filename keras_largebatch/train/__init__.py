@@ -22,3 +22,6 @@ the epoch checkpoints, which one a resume loads, the resume's flag rules),
 """
 
 PROG = "keras-largebatch-train"
+
+# Ctrl-C: 128 + SIGINT, as a shell reports it (`run/interrupt.py`).
+INTERRUPTED = 130

@@ -20,13 +20,10 @@ import os
 import sys
 
 from keras_largebatch import _backend
+from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
 
 HELP = ("--help", "-help", "-h", "-?", "--helpshort")
-
-
-# Ctrl-C: 128 + SIGINT, as a shell reports it (`interrupt.py`).
-INTERRUPTED = 130
 
 
 def run(argv=None):

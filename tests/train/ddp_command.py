@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras  # noqa: E402
 import kill_switch  # noqa: E402
 
-from keras_largebatch.train.run import driver as main  # noqa: E402
+from keras_largebatch.train import cli  # noqa: E402
 from keras_largebatch.train import recipe  # noqa: E402
 
 
@@ -40,4 +40,4 @@ if os.environ.get("RANK", "0") == os.environ.get("KILL_RANK", "1"):
     kill_switch.install()
 
 if __name__ == "__main__":
-    main.run()
+    cli.run()

@@ -15,11 +15,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import small_model  # noqa: E402
 import kill_switch  # noqa: E402
 
-from keras_largebatch.train.run import driver as main  # noqa: E402
+from keras_largebatch.train import cli  # noqa: E402
 from keras_largebatch.train import recipe  # noqa: E402
 
 recipe.build_model = small_model
 kill_switch.install()
 
 if __name__ == "__main__":
-    main.run()
+    cli.run()

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_largebatch.train import cli
 from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train.run import placement
 
@@ -20,7 +21,7 @@ TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
 
 
 def _run(*args):
-    return train_main.main(["keras-largebatch-train", *args])
+    return cli.main(["keras-largebatch-train", *args])
 
 
 def _snapshot(folder):

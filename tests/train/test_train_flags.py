@@ -14,7 +14,7 @@ from keras_largebatch.train import batch_schedule
 from keras_largebatch.train.run import builders
 from keras_largebatch.train import flags
 from keras_largebatch.train.run import driver as train_main
-from keras_largebatch.train.outputs import files
+from keras_largebatch.train.outputs import files as output_files
 from keras_largebatch.train.checkpointing import resume
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs",
@@ -140,13 +140,13 @@ def test_the_adaptive_batch_builder_takes_the_parsed_schedule():
 
 
 def test_builders_take_parts_of_the_config_not_all_of_it():
-    """Only the driver (main.py), the summary (report.py) and the flags'
-    rules (flag_rules.py) hold the whole `RunConfig`; every other function
+    """Only the driver (run/driver.py), the summary (outputs/report.py)
+    and the flags' rules (flag_rules.py) hold the whole `RunConfig`; every other function
     names the parts."""
     root = os.path.dirname(flags.__file__)
     for folder, _, files in os.walk(root):
         for name in (f for f in files if f.endswith(".py")):
-            if name in ("main.py", "report.py", "flag_rules.py"):
+            if name in ("driver.py", "report.py", "flag_rules.py"):
                 continue
             path = os.path.join(folder, name)
             with open(path) as f:
@@ -178,7 +178,7 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
         return dict(config.recorded(), image_size=67, num_classes=10)
 
     # The same flags, with the adaptive batch's flags of today (`upgrade`).
-    files.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
+    output_files.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
     assert now == resume.upgrade(json.loads(text))
     assert set(now) - set(json.loads(text)) == {
@@ -212,7 +212,7 @@ def test_only_the_parse_reads_absl_flags_and_functions_stay_short():
             path = os.path.join(folder, name)
             with open(path) as f:
                 source = f.read()
-            if name != "main.py":
+            if name != "driver.py":
                 assert "FLAGS[" not in source and "FLAGS." not in source, path
             for node in ast.walk(ast.parse(source)):
                 if isinstance(node, ast.FunctionDef):

@@ -19,7 +19,7 @@ import sys
 # None in sys.modules: `import tensorflow` raises ModuleNotFoundError and
 # importlib.util.find_spec returns None, as when it is not installed.
 sys.modules["tensorflow"] = None
-from keras_largebatch.train.run.driver import run
+from keras_largebatch.train.cli import run
 run()
 """
 

@@ -20,7 +20,6 @@ import shutil
 import zlib
 
 from keras_largebatch._shared import atomic_path
-from keras_largebatch._shared import atomic_write
 from keras_largebatch.train.checkpointing import names
 from keras_largebatch.train.outputs.files import write_json
 

@@ -41,10 +41,10 @@ import keras
 from absl import app
 from absl import flags
 
+from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
 from keras_largebatch.train.run import banner
 from keras_largebatch.train.run import builders
-from keras_largebatch.train import cli
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
 from keras_largebatch.train.data import grain_pipeline
@@ -53,7 +53,7 @@ from keras_largebatch.train.run import evaluate
 from keras_largebatch.train import flags as train_flags
 from keras_largebatch.train.run import interrupt
 from keras_largebatch.train.run import processes
-from keras_largebatch.train.outputs import callbacks
+from keras_largebatch.train.outputs.callbacks import Throughput
 from keras_largebatch.train import recipe
 from keras_largebatch.train.outputs import report
 from keras_largebatch.train.checkpointing import disk
@@ -66,20 +66,11 @@ from keras_largebatch.train.run.placement import place
 SAVE_FAILED = 1
 
 
-def run(argv=None):
-    """Console-script entry point."""
-    cli.end(main(sys.argv if argv is None else argv))
-
-
 def main(argv):
     """Parses `argv` (argv[0] is the program) and trains or evaluates;
     returns the exit code."""
     start = time.perf_counter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if any(a in ("--help", "-help", "-h", "-?", "--helpshort")
-           for a in argv[1:]):
-        print(train_flags.help_text(PROG))
-        return 0
     try:
         config = parse(argv)
     except (flags.Error, ValueError) as e:
@@ -97,7 +88,7 @@ def main(argv):
     except KeyboardInterrupt:
         print(f"{PROG}: {interrupt.message(runtime.model_dir)}",
               file=sys.stderr)
-        return cli.INTERRUPTED
+        return INTERRUPTED
     finally:
         for lock in held:  # A folder made for the lock alone goes too.
             lock.release(remove_if_empty=True)
@@ -241,7 +232,7 @@ def _train(config, run, start, out_dir, peer):
     os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
     checkpointing.tidy(out_dir, run.initial_epoch if run.resuming else None)
     report.begin(run, out_dir)
-    throughput = callbacks.Throughput(run.inputs.step_batch)
+    throughput = Throughput(run.inputs.step_batch)
     callbacks = builders.callbacks(
         config.runtime, config.adaptive, config.evaluation, run.inputs,
         throughput, out_dir,
@@ -276,6 +267,3 @@ def _scope(strategy):
     return strategy.scope() if strategy is not None else (
         contextlib.nullcontext())
 
-
-if __name__ == "__main__":
-    run()

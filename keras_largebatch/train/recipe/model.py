@@ -1,0 +1,70 @@
+"""The network: `build_model` by name, its input size (`image_size_for`)
+and channels, and `--init_weights` (`load_init_weights`)."""
+
+import keras
+
+from keras_largebatch import applications
+from keras_largebatch._shared import require
+
+DEFAULT_IMAGE_SIZE = {"alexnet_bn": 67, "resnet50": 32, "resnet50_v1_5": 32,
+                      "resnet_cifar": 32}
+MIN_IMAGE_SIZE = {
+    "alexnet_bn": applications.alexnet_bn.MIN_SIZE,
+    "resnet50": applications.resnet.MIN_SIZE,
+    "resnet50_v1_5": applications.resnet.MIN_SIZE,
+    "resnet_cifar": applications.resnet_cifar.MIN_SIZE,
+}
+
+
+def image_size_for(model_name, native_size=None, image_size=0):
+    """`--image_size`, or the model's default; resnet_cifar's is the data
+    set's own size `native_size` (`data.registry.native_size`) where it has
+    one (and it keeps the data's channels)."""
+    if image_size:
+        return image_size
+    if model_name == "resnet_cifar" and native_size:
+        return native_size
+    return DEFAULT_IMAGE_SIZE[model_name]
+
+
+def input_channels(model_name):
+    """3 for the ImageNet models; None (the data's own) for resnet_cifar."""
+    return None if model_name == "resnet_cifar" else 3
+
+
+def build_model(model_name, image_size, num_classes, bn_momentum=None,
+                channels=3, depth=20, width=16):
+    """Builds an untrained model under the current dtype policy."""
+    require(model_name in DEFAULT_IMAGE_SIZE, "model", model_name,
+            "one of alexnet_bn, resnet50, resnet50_v1_5, resnet_cifar")
+    shape = (image_size, image_size, channels)
+    if model_name == "resnet_cifar":
+        model = applications.ResNetCIFAR(
+            depth, width, input_shape=shape, classes=num_classes)
+    elif model_name == "alexnet_bn":
+        model = applications.AlexNetBN(
+            weights=None, input_shape=shape, classes=num_classes)
+    else:
+        variant = "v1" if model_name == "resnet50" else "v1.5"
+        model = applications.ResNet50(
+            weights=None, input_shape=shape, classes=num_classes,
+            variant=variant)
+    if bn_momentum is not None:
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.momentum = bn_momentum
+    return model
+
+
+def load_init_weights(model, path):
+    """Loads `path` into `model`; the classifier too when its shape fits.
+
+    Raises `ValueError` (naming the file and the first layer) for a file of
+    another architecture.
+    """
+    try:
+        applications.load_weights(model, path)
+    except ValueError as e:
+        if "`predictions`" not in str(e):
+            raise
+        applications.load_weights_except_classifier(model, path)

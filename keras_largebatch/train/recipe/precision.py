@@ -1,0 +1,39 @@
+"""`--precision` (`auto`: mixed_float16 on a GPU, float32 elsewhere) and
+`--deterministic`."""
+
+import keras
+
+
+def resolve_precision(precision):
+    """`auto` is mixed_float16 on a GPU and float32 elsewhere."""
+    if precision != "auto":
+        return precision
+    return "mixed_float16" if _has_gpu() else "float32"
+
+
+def make_deterministic():
+    """Deterministic kernels (what `--deterministic` changes)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    elif backend == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+
+
+def _has_gpu():
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return any(d.platform == "gpu" for d in jax.devices())
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
