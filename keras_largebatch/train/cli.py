@@ -1,16 +1,17 @@
-"""The console script `keras-largebatch-train`: what it answers before Keras
-is imported.
+"""The console script `keras-largebatch-train`, the command's one door:
+what it answers before Keras is imported.
 
 Importing Keras fails with a long traceback where its chosen backend is
 not installed (`_backend`). So `run()` answers `--help` from `help_page`
-(the text `flag_help.help_text` renders, kept equal to it by a test; the
-flag table itself takes its choices from registries that import Keras:
-the adaptive batch's rules, the data sets) and checks that the chosen
-backend is installed, both without Keras, before handing the command
-line to the driver (`main.main`):
+(the text `config.help.help_text` renders, kept equal to it by a test;
+the flag table itself takes its choices from registries that import
+Keras: the adaptive batch's rules, the data sets) and checks that the
+chosen backend is installed, both without Keras, before handing the
+command line to the driver (`run.driver.main`):
 
     keras-largebatch-train --help       # exit 0, with or without a backend
     keras-largebatch-train ...          # backend missing: one line, exit 2
+    python -m keras_largebatch.train.cli ...   # the same
 
 This module imports nothing of Keras; the package's `__init__` must not
 either where the chosen backend is missing, or nothing here runs.
@@ -53,25 +54,9 @@ def main(argv):
     if problem:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
-    from keras_largebatch.train.run import driver as driver
+    from keras_largebatch.train.run import driver
 
     return driver.main(argv)
-
-
-def write_help_page():
-    """Writes `help_page.py` from `flag_help.help_text` (needs a
-    backend)."""
-    from keras_largebatch.train import flag_help
-
-    text = flag_help.help_text(PROG)
-    quoted = (f'"""\\\n{text}"""' if '"""' not in text
-              and "\\" not in text else repr(text))
-    path = os.path.join(os.path.dirname(__file__), "help_page.py")
-    with open(path, "w") as f:
-        f.write('"""`keras-largebatch-train --help`, written by '
-                '`cli.write_help_page()` from\n`flag_help.help_text` (a test '
-                'keeps the two equal): no Keras needed."""\n\n'
-                f"TEXT = {quoted}\n")
 
 
 if __name__ == "__main__":

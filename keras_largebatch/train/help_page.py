@@ -1,5 +1,5 @@
-"""`keras-largebatch-train --help`, written by `cli.write_help_page()` from
-`flag_help.help_text` (a test keeps the two equal): no Keras needed."""
+"""`keras-largebatch-train --help`, written by `config.help.write_help_page()`
+from `help_text` (a test keeps the two equal): no Keras needed."""
 
 TEXT = """\
 USAGE: keras-largebatch-train [flags]

@@ -131,7 +131,7 @@ def test_the_baselines_command_lines_pass_the_commands_checks(tmp_path):
     """Each baseline's command line parses and passes every check of the
     command (no training): the ramp grows from 128 along the schedule with
     the grown runs' rule, the others are fixed."""
-    from keras_largebatch.train.run import driver as train_main
+    from keras_largebatch.train import config as train_config
 
     specs = plans.BASELINES.all_specs()
     assert sorted({(s["kind"], s["batch"], s["rate"], s["epochs"])
@@ -140,7 +140,7 @@ def test_the_baselines_command_lines_pass_the_commands_checks(tmp_path):
         ("ramp", 128, 0.4, 24)]
     assert len(specs) == 10 + 10 + len(plans.BASELINE_LONG_SEEDS)
     for spec in specs:
-        config = train_main.parse(
+        config = train_config.parse(
             ["prog"] + runspec.command_line(spec, str(tmp_path)))
         adaptive = config.adaptive
         if spec["kind"] == "ramp":

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_largebatch.train import config as train_config
 from keras_largebatch.train.run import driver as train_main
 
 BACKEND = keras.backend.backend()
@@ -160,7 +161,7 @@ def test_two_jax_processes_grow_the_batch_as_one_process(tmp_path):
 
 def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
     # The defaults: from 4 x 16, up to 8 x 16.
-    config = train_main.parse(["prog", *TINY, "--adaptive_batch=noise_scale",
+    config = train_config.parse(["prog", *TINY, "--adaptive_batch=noise_scale",
                                f"--model_dir={tmp_path}/run"])
     adaptive = config.adaptive
     assert (adaptive.max_global_batch_size, adaptive.adaptive_start_multiple,
@@ -189,7 +190,7 @@ def test_the_flags_check_the_settings_the_callback_is_given(flags, tmp_path,
     checked, check = [], batches.check_compiled
     monkeypatch.setattr(batches, "check_compiled", lambda settings, k0, *a: (
         checked.append((settings, k0)), check(settings, k0, *a))[1])
-    config = train_main.parse(["prog", *TINY, *flags,
+    config = train_config.parse(["prog", *TINY, *flags,
                                f"--model_dir={tmp_path}/run"])
     callback, = builders._adaptive_batch(config.adaptive, 8)
     # One check, `AdaptiveBatch`'s own, on the settings it is given.
@@ -201,16 +202,16 @@ def test_the_flags_check_the_settings_the_callback_is_given(flags, tmp_path,
 def test_a_run_recorded_before_the_anneal_resumes_without_one(policy,
                                                               fraction):
     from keras_largebatch.adaptive_batch import defaults
-    from keras_largebatch.train.checkpointing import resume
+    from keras_largebatch.train.config import migration
 
     old = {"adaptive_batch": policy, "adaptive_start_multiple": 0,
            "noise_scale_multiple": 4.0, "adaptive_learning_rate": "auto"}
-    upgraded = resume.upgrade(old)
+    upgraded = migration.upgrade(old)
     # A growing policy: none; else the flag's default, which it must keep.
     assert upgraded["adaptive_anneal_fraction"] == (
         defaults.ANNEAL_FRACTION if fraction is None else fraction)
     assert upgraded["adaptive_anneal_multiple"] == defaults.ANNEAL_MULTIPLE
-    assert resume.upgrade(dict(old, adaptive_anneal_fraction=0.5))[
+    assert migration.upgrade(dict(old, adaptive_anneal_fraction=0.5))[
         "adaptive_anneal_fraction"] == 0.5
 
 
@@ -253,7 +254,7 @@ def test_flag_choices_and_defaults_are_the_registries():
     from keras_largebatch.adaptive_batch import defaults
     from keras_largebatch.adaptive_batch import policies
     from keras_largebatch.adaptive_batch import rules
-    from keras_largebatch.train import flags
+    from keras_largebatch.train import config as flags
 
     table = {flag.name: flag for flag in flags.TABLE}
     assert table["adaptive_batch"].values == ("none",) + tuple(

@@ -21,7 +21,7 @@ from keras_largebatch import _backend
 from keras_largebatch.train import PROG
 from keras_largebatch.train import cli
 from keras_largebatch.train.run import divergence
-from keras_largebatch.train import flags
+from keras_largebatch.train import config as flags
 from keras_largebatch.train import help_page
 from keras_largebatch.train.run import driver as train_main
 
@@ -150,7 +150,7 @@ def test_the_divergence_check_runs_before_every_callback(tmp_path):
     from keras_largebatch.train.run import builders
     from keras_largebatch.train.outputs import callbacks
 
-    config = train_main.parse([PROG, f"--model_dir={tmp_path}"])
+    config = flags.parse([PROG, f"--model_dir={tmp_path}"])
     inputs = types.SimpleNamespace(step_batch=32, steps_per_epoch=4,
                                    train=None, validation=None)
     found = builders.callbacks(
@@ -175,8 +175,8 @@ def test_console_script_is_the_entry_that_needs_no_keras():
 
 def test_help_page_is_the_flag_tables_help():
     assert help_page.TEXT == flags.help_text(PROG), (
-        "run: python -c 'from keras_largebatch.train import cli; "
-        "cli.write_help_page()'")
+        "run: python -c 'from keras_largebatch.train.config import help; "
+        "help.write_help_page()'")
 
 
 def test_help_needs_no_backend(monkeypatch, capsys):

@@ -10,9 +10,10 @@ import re
 import pytest
 from absl import flags as absl_flags
 
-from keras_largebatch.train import batch_schedule
+from keras_largebatch.train.config import batch_schedule
 from keras_largebatch.train.run import builders
-from keras_largebatch.train import flags
+from keras_largebatch.train import config as flags
+from keras_largebatch.train.config import migration
 from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train.outputs import files as output_files
 from keras_largebatch.train.checkpointing import resume
@@ -28,14 +29,13 @@ def test_docs_hold_the_table_as_the_code_prints_it():
     shown = page[page.index(begin) + len(begin):page.index(end)]
     assert shown == flags.markdown(), (
         "docs/training.md's flag table is stale: paste the output of "
-        "`python -m keras_largebatch.train.flags` between its markers")
+        "`python -m keras_largebatch.train.config.help` between its markers")
 
 
 def test_parser_resume_and_run_config_come_from_the_table():
     flags.define_flags()
     for flag in flags.TABLE:
         assert absl_flags.FLAGS[flag.name].default == flag.default
-    assert resume.FREE is flags.FREE
     assert set(flags.RECORDED) == {f.name for f in flags.TABLE} - {
         "model_dir", "checkpoint_every_steps"}
 
@@ -67,7 +67,7 @@ def test_each_checked_flag_refuses_a_bad_value_naming_it(flag, tmp_path,
 
 
 def test_run_config_is_a_frozen_typed_part_per_group(tmp_path):
-    config = train_main.parse(["prog", f"--model_dir={tmp_path}",
+    config = flags.parse(["prog", f"--model_dir={tmp_path}",
                                "--epochs=3", "--momentum=0.8"])
     assert isinstance(config, flags.RunConfig)
     assert (config.training.epochs, config.runtime.model_dir,
@@ -85,39 +85,40 @@ def test_run_config_is_a_frozen_typed_part_per_group(tmp_path):
 def test_written_out_run_config_holds_each_flag_once_as_the_table_types_it():
     """`run_config.py` is written field by field: each flag of the table
     is a field of exactly one group, its own, in the table's order, with
-    the table's type and default (parsed, for a flag with a grammar)."""
+    the table's type and no default of its own; the default run is the
+    table's (parsed, for a flag with a grammar)."""
     parts = dataclasses.fields(flags.RunConfig)
     assert [part.name for part in parts] == list(flags.GROUPS)
     assert all(flag.group in flags.GROUPS for flag in flags.TABLE)
     holders = {}
     for part in parts:
         assert part.type.__dataclass_params__.frozen, part.name
-        assert part.default == part.type(), part.name
+        assert part.default is dataclasses.MISSING, part.name
         fields = dataclasses.fields(part.type)
         assert fields, f"{part.name} has no flag"
         for field in fields:
             holders.setdefault(field.name, []).append(part.name)
             flag = flags.BY_NAME.get(field.name)
             assert flag is not None, f"{part.name}.{field.name}: no flag"
-            assert (field.type, field.default) == (
-                flag.type, flag.config_default), field.name
+            assert field.type == flag.type, field.name
+            assert field.default is dataclasses.MISSING, field.name
         assert [f.name for f in fields] == [
             flag.name for flag in flags.TABLE if flag.group == part.name]
     assert holders == {flag.name: [flag.group] for flag in flags.TABLE}
-    assert flags.RunConfig().flat() == {
+    assert flags.RunConfig.default().flat() == {
         flag.name: flag.config_default for flag in flags.TABLE}
 
 
 def test_batch_schedule_is_parsed_once_into_epoch_batch_pairs(tmp_path):
-    config = train_main.parse(
+    config = flags.parse(
         ["prog", f"--model_dir={tmp_path}", "--epochs=3",
          "--gradient_accumulation_steps=2", "--adaptive_batch=schedule",
          "--batch_schedule=1:64, 2:128"])
     assert config.adaptive.batch_schedule == ((1, 64), (2, 128))
     # run_config.json and the errors write it as the command line does.
     assert config.recorded()["batch_schedule"] == "1:64,2:128"
-    assert flags.RunConfig().adaptive.batch_schedule == ()
-    assert flags.RunConfig().recorded()["batch_schedule"] == ""
+    assert flags.RunConfig.default().adaptive.batch_schedule == ()
+    assert flags.RunConfig.default().recorded()["batch_schedule"] == ""
 
 
 @pytest.mark.parametrize("text", ["1", "1:", ":64", "one:64", "-1:64",
@@ -131,7 +132,7 @@ def test_a_malformed_batch_schedule_is_refused_naming_it(text):
 
 def test_the_adaptive_batch_builder_takes_the_parsed_schedule():
     adaptive = dataclasses.replace(
-        flags.RunConfig().adaptive, adaptive_batch="schedule",
+        flags.RunConfig.default().adaptive, adaptive_batch="schedule",
         batch_schedule=((0, 32), (1, 64)))
     [callback] = builders._adaptive_batch(adaptive, 16)
     assert [tuple(step) for step in callback.schedule] == [(0, 32), (1, 64)]
@@ -173,22 +174,24 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
     (model_dir / "run_config.json").write_text(text)
 
     def recorded(*args):
-        config = train_main.parse(["prog", f"--model_dir={model_dir}",
+        config = flags.parse(["prog", f"--model_dir={model_dir}",
                                    "--steps_per_epoch=3", *args])
         return dict(config.recorded(), image_size=67, num_classes=10)
 
     # The same flags, with the adaptive batch's flags of today (`upgrade`).
     output_files.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
-    assert now == resume.upgrade(json.loads(text))
+    assert now == migration.upgrade(json.loads(text))
     assert set(now) - set(json.loads(text)) == {
         "adaptive_start_multiple", "adaptive_anneal_fraction",
         "adaptive_anneal_multiple", "nesterov"}
-    raised = resume.check(str(model_dir), recorded("--epochs=2"))
+    raised = resume.check(str(model_dir), recorded("--epochs=2"),
+                          flags.FREE + flags.RAISABLE, migration.upgrade)
     assert (raised.epochs_before, raised.epochs, raised.raised) == (1, 2,
                                                                     True)
     with pytest.raises(resume.ResumeError, match="`momentum` differs"):
-        resume.check(str(model_dir), recorded("--epochs=1", "--momentum=.8"))
+        resume.check(str(model_dir), recorded("--epochs=1", "--momentum=.8"),
+                     flags.FREE + flags.RAISABLE, migration.upgrade)
 
 
 def test_a_run_saved_before_the_groups_resumes(small, tmp_path, capsys):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import keras_largebatch.train
-from keras_largebatch.train import flags
+from keras_largebatch.train import config as flags
 from keras_largebatch.train import recipe
 from keras_largebatch.train import data
 from keras_largebatch.train.data import loaders

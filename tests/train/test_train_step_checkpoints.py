@@ -90,12 +90,12 @@ def test_a_bad_checkpoint_every_steps_exits_2_with_one_line(
 
 
 def test_checkpoints_within_epochs_refuse_evaluations_within_epochs():
-    from keras_largebatch.train import flags as train_flags
-    from keras_largebatch.train.run import driver as main
+    from keras_largebatch.train import config as train_flags
 
     with pytest.raises(ValueError, match="checkpoint_every_steps=2"):
-        main.parse(["prog", "--model_dir=/tmp/x", "--checkpoint_every_steps=2",
-                    "--evals_per_epoch=2"])
+        train_flags.parse(["prog", "--model_dir=/tmp/x",
+                           "--checkpoint_every_steps=2",
+                           "--evals_per_epoch=2"])
     assert train_flags.BY_NAME["checkpoint_every_steps"].free
 
 

@@ -6,28 +6,21 @@ same data and augmentation, see `data.tf_pipeline.batch`), or, with
 `--checkpoint_every_steps`, the newer state within the epoch after it
 (`within_epoch.py`), whichever is the newest that loads whole
 (`restore.choose`, which says what it skipped). Every flag
-must match the original run's `run_config.json`, except:
-
-- the flags marked free in the flag table (`flags.FREE`), which change
-  neither the model, the data, the schedule nor the optimizer: output,
-  logging, the device set-up, how the all-reduce is packed and timed;
-- the flags marked raise-only (`flags.RAISABLE`: `--epochs`), which may
-  be raised to train on. The warmup is kept and the
-  polynomial decay is stretched to end at the new last epoch: from the
-  restored step on, the rate follows the schedule of a run planned for the
-  new number of epochs (so it rises from where the shorter schedule had
-  brought it). The command says so, with the rates before and after.
+must match the original run's `run_config.json`, except those the caller
+names in `may_differ` (the command's free and raise-only flags,
+`config.FREE` and `config.RAISABLE`); of those, `epochs` may be raised to
+train on. The warmup is kept and the polynomial decay is stretched to end
+at the new last epoch: from the restored step on, the rate follows the
+schedule of a run planned for the new number of epochs (so it rises from
+where the shorter schedule had brought it). The command says so, with the
+rates before and after.
 
 `run_config.json` keeps the original flags; each raise of `--epochs` is
 recorded in `epochs_raised.json`, and the latest raise is the number of
 epochs a later resume is checked against.
 
-A run recorded before `--adaptive_start_multiple` existed (and with it the
-adaptive batch's present defaults, `adaptive_batch.defaults`) is compared
-in today's flags (`upgrade`): it resumes with the defaults it was started
-with, which the flags left out of the command take (`adopt`), so the same
-command line goes on with the same decisions. Likewise a run recorded
-before `--adaptive_anneal_fraction` existed resumes without an anneal.
+A run recorded by an older version is read through the caller's
+`upgrade` (`config.migration.upgrade`); this package knows no flag table.
 """
 
 import dataclasses
@@ -35,14 +28,10 @@ import json
 import os
 
 from keras_largebatch._shared import atomic_write
-from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
-from keras_largebatch.adaptive_batch import policies as adaptive_policies
 from keras_largebatch.train import PROG
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import names
 from keras_largebatch.train.checkpointing import restore
-from keras_largebatch.train.flags import FREE
-from keras_largebatch.train.flags import RAISABLE
 
 RAISES_FILE = names.RAISES
 
@@ -68,17 +57,24 @@ class Resume:
         return self.epochs > self.epochs_before
 
 
-def check_model_dir(model_dir, run_config, train=True):
+def check_model_dir(model_dir, run_config, may_differ=(), upgrade=dict,
+                    train=True):
     """Refuses a `model_dir` that is no writable folder (`disk.py`);
     returns `check`'s `Resume`, or None for a new run."""
     disk.check_model_dir(model_dir)
-    return check(model_dir, run_config, train)
+    return check(model_dir, run_config, may_differ, upgrade, train)
 
 
-def check(model_dir, run_config, train=True):
+def check(model_dir, run_config, may_differ=(), upgrade=dict, train=True):
     """Returns `Resume`, or None for a new run; raises `ResumeError`, or
     `restore.NoCheckpoint` when `train`ing and no checkpoint loads (where
-    one was skipped, says so on one line)."""
+    one was skipped, says so on one line).
+
+    `run_config` ({flag: value}, as run_config.json records them) must
+    equal the recorded run's, read through `upgrade` (the caller's
+    migration of older records), but for the names in `may_differ`; of
+    those, `epochs` may only be raised.
+    """
     config_path = os.path.join(model_dir, names.RUN_CONFIG)
     if not os.path.exists(config_path):
         return None
@@ -86,7 +82,7 @@ def check(model_dir, run_config, train=True):
     raises = read_raises(model_dir)
     epochs_before = (raises[-1]["epochs"] if raises
                      else original.get("epochs", run_config["epochs"]))
-    _refuse_changes(original, run_config)
+    _refuse_changes(original, run_config, may_differ)
     epochs = run_config["epochs"]
     if epochs < epochs_before:
         raise ResumeError(
@@ -106,65 +102,10 @@ def check(model_dir, run_config, train=True):
                   start.position if start else None, start)
 
 
-# The flags whose meaning of a default changed with the adaptive batch's
-# defaults: left out of a resuming command, they take the run's value.
-CHANGED_DEFAULTS = ("noise_scale_multiple", "adaptive_learning_rate",
-                    "adaptive_start_multiple", "adaptive_anneal_fraction",
-                    "adaptive_anneal_multiple")
-MARKER = "adaptive_start_multiple"  # absent: recorded before the change
-ANNEAL_MARKER = "adaptive_anneal_fraction"  # absent: recorded before it
-
-
-def upgrade(original):
-    """`original` (a run_config.json) in today's flags: one recorded
-    before `MARKER` existed gets the adaptive batch's previous defaults
-    (`adaptive_batch.defaults.PREVIOUS`): no start multiple, `auto` as it
-    resolved then, and for a run without a noise-scale policy the
-    multiple it could not set (today's default); one recorded before
-    `ANNEAL_MARKER` existed gets no anneal (a policy with a schedule, which
-    takes none, today's defaults); one recorded before `--nesterov` existed
-    ran without Nesterov."""
-    upgraded = dict(original)
-    upgraded.setdefault("nesterov", False)
-    policy = adaptive_policies.POLICIES.get(original.get("adaptive_batch"))
-    if ANNEAL_MARKER not in original:
-        grows = policy is not None and not policy.takes_schedule
-        upgraded[ANNEAL_MARKER] = (
-            0.0 if grows else adaptive_defaults.ANNEAL_FRACTION)
-        upgraded["adaptive_anneal_multiple"] = (
-            adaptive_defaults.ANNEAL_MULTIPLE)
-    if MARKER in original:
-        return upgraded
-    upgraded[MARKER] = 1 if policy else 0
-    if upgraded.get("adaptive_learning_rate") == "auto" and policy:
-        upgraded["adaptive_learning_rate"] = (
-            adaptive_defaults.PREVIOUS["auto_rule_for_sgd"]
-            if original.get("optimizer") == "sgd"
-            else adaptive_defaults.AUTO_RULE_OTHERWISE)
-    if not (policy and policy.takes_multiple) and upgraded.get(
-            "noise_scale_multiple") == adaptive_defaults.PREVIOUS[
-                "noise_scale_multiple"]:
-        upgraded["noise_scale_multiple"] = (
-            adaptive_defaults.NOISE_SCALE_MULTIPLE)
-    return upgraded
-
-
-def adopt(values, given):
-    """`values` ({flag: value}) with the flags of `CHANGED_DEFAULTS` not in
-    `given` set to the run's in `values["model_dir"]` (`upgrade`d), if
-    one is there: a resumed run keeps the defaults it began with."""
-    path = os.path.join(values.get("model_dir") or "", names.RUN_CONFIG)
-    if not values.get("model_dir") or not os.path.exists(path):
-        return values
-    original = upgrade(read_run_config(values["model_dir"]))
-    return dict(values, **{name: original[name] for name in CHANGED_DEFAULTS
-                           if name not in given and name in original})
-
-
-def _refuse_changes(original, run_config):
+def _refuse_changes(original, run_config, may_differ):
     for key, old in original.items():
         new = run_config.get(key)
-        if key in FREE or key in RAISABLE or old == new:
+        if key in may_differ or old == new:
             continue
         if isinstance(old, (int, float)) and isinstance(new, (int, float)) \
                 and not isinstance(old, bool) and float(old) == float(new):

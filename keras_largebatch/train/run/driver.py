@@ -22,12 +22,12 @@ kept (`divergence.py`). A lost worker ends it with exit code 1, and so
 does a checkpoint that cannot be written (a full disk: one line, the last
 complete checkpoint kept, `checkpointing/files.py`).
 
-This module is the driver: it parses the command line into one frozen
-`flags.RunConfig` (the only reader of absl's `FLAGS`), places the run on
-its devices (`placement.place`), has the builders assemble it
-(`prepare`), then fits (`train`) or evaluates (`evaluate.py`); it is the
-one place that holds the whole config, and it hands each builder the
-parts it reads.
+This module is the driver: it has the command line parsed into one frozen
+`config.RunConfig` (`config.parse`, the only reader of absl's `FLAGS`),
+places the run on its devices (`placement.place`), has the builders
+assemble it (`prepare`), then fits (`train`) or evaluates (`evaluate.py`);
+it is the one place that holds the whole config, and it hands each
+builder the parts it reads. `cli.run` is the command's one door to it.
 """
 
 import contextlib
@@ -38,7 +38,6 @@ import tempfile
 import time
 
 import keras
-from absl import app
 from absl import flags
 
 from keras_largebatch.train import INTERRUPTED
@@ -50,7 +49,7 @@ from keras_largebatch.train import data
 from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train.run import divergence
 from keras_largebatch.train.run import evaluate
-from keras_largebatch.train import flags as train_flags
+from keras_largebatch.train import config as train_config
 from keras_largebatch.train.run import interrupt
 from keras_largebatch.train.run import processes
 from keras_largebatch.train.outputs.callbacks import Throughput
@@ -58,7 +57,6 @@ from keras_largebatch.train import recipe
 from keras_largebatch.train.outputs import report
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import lock
-from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.run.placement import place
 
 
@@ -72,7 +70,7 @@ def main(argv):
     start = time.perf_counter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        config = parse(argv)
+        config = train_config.parse(argv)
     except (flags.Error, ValueError) as e:
         return fail(e)
     placement, runtime = config.placement, config.runtime
@@ -136,31 +134,9 @@ def fail(error, code=2):
     return code
 
 
-def parse(argv):
-    """The checked `flags.RunConfig` of `argv`; under `--mode=eval`, flags
-    not given are the run's (`evaluate.run_values`); resuming, those of
-    `resume.CHANGED_DEFAULTS` (`resume.adopt`). Raises absl's
-    `flags.Error` or `ValueError`."""
-    train_flags.define_flags()
-    if "help" not in flags.FLAGS:
-        app.define_help_flags()
-    FLAGS = flags.FLAGS
-    FLAGS.unparse_flags()
-    rest = FLAGS(list(argv))
-    if len(rest) > 1:
-        raise ValueError(f"Unexpected arguments: {' '.join(rest[1:])}")
-    values = {name: FLAGS[name].value for name in train_flags.BY_NAME}
-    given = {name for name in values if FLAGS[name].present}
-    if values["mode"] == "eval":
-        values = evaluate.run_values(values, given)
-    else:
-        values = resume.adopt(values, given)
-    return train_flags.config(values)
-
-
 def prepare(config, devices):
     """Builds data, schedule, model and optimizer for the checked `config`
-    (a `flags.RunConfig`) on `devices`, each builder given the parts it
+    (a `config.RunConfig`) on `devices`, each builder given the parts it
     reads; checks what needs the data or the devices (no writes). Returns
     a `builders.Run`."""
     runtime, training = config.runtime, config.training
@@ -175,10 +151,12 @@ def prepare(config, devices):
     recorded = dict(config.recorded(), image_size=spec.image_size,
                     num_classes=spec.num_classes)
     resuming = checkpointing.check_model_dir(
-        runtime.model_dir, recorded, train=runtime.mode == "train")
+        runtime.model_dir, recorded,
+        may_differ=train_config.FREE + train_config.RAISABLE,
+        upgrade=train_config.upgrade, train=runtime.mode == "train")
     # Every process has read `model_dir` before the chief writes there.
     processes.barrier(keras.backend.backend(), devices.process_count)
-    train_flags.check_after_resume(config)
+    train_config.check_after_resume(config)
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
                          precise_bn, initial_epoch,

@@ -3,9 +3,9 @@
     keras-largebatch-train --model_dir runs/default --mode=eval
 
 Flags not given on the command line take the run's values (its
-`run_config.json`, and `epochs_raised.json`), so the model, data and
-preprocessing are the run's; flags that are given must still agree with
-the run, as for resuming. Writes `model_dir/eval.json`:
+`run_config.json`, and `epochs_raised.json`: `config.load.resolve`), so
+the model, data and preprocessing are the run's; flags that are given must
+still agree with the run, as for resuming. Writes `model_dir/eval.json`:
 
     {"checkpoint": "checkpoints/epoch_006.keras", "epoch": 6,
      "val_accuracy": ..., "val_loss": ..., "top5_accuracy": ... (> 10
@@ -21,28 +21,6 @@ import os
 from keras_largebatch.train import PROG
 from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train.outputs import files
-
-
-def run_values(values, given):
-    """`values` ({flag: value}) with every flag not `given` on the command
-    line set to the run's value (its run_config.json and latest raise of
-    `--epochs`)."""
-    from keras_largebatch.train.checkpointing import resume
-
-    model_dir = values["model_dir"]
-    path = os.path.join(model_dir or "", "run_config.json")
-    if not model_dir or not os.path.isfile(path):
-        raise ValueError(
-            "`mode=eval` needs a run in `model_dir` (no run_config.json "
-            f"there). Received: model_dir={model_dir!r}")
-    config = resume.upgrade(resume.read_run_config(model_dir))
-    raises = resume.read_raises(model_dir)
-    if raises:
-        config["epochs"] = raises[-1]["epochs"]
-    return dict(values, **{
-        name: value for name, value in config.items()
-        if name in values and name not in ("mode", "model_dir")
-        and name not in given})
 
 
 def evaluate(run, model_dir, epochs, precise_bn_batches=0):

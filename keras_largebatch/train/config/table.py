@@ -5,14 +5,16 @@
 resuming a run may change it, and whether the run records it in
 `run_config.json`. Everything else about the flags is read from it:
 
-- `flag_rules.py`: each value's check and the rules that read several
+- `rules.py`: each value's check and the rules that read several
   flags together (`check`, `check_after_resume`);
 - `run_config.py`: `RunConfig`, the frozen, typed config written out a
-  group at a time (a test holds it against this table);
-- `flag_parsing.py`: the absl flags (`define_flags`) and the values of a
-  command line turned into the checked `RunConfig` (`config`);
-- `flag_help.py`: `--help` and the table in docs/training.md;
-- `flags.py`: all of them under one name, as the driver imports them.
+  group at a time, its defaults this table's (a test holds its fields
+  against this table);
+- `load.py`: the absl flags (`define_flags`), the one order of precedence
+  (`resolve`: default < the recorded run < the command line) and the
+  values turned into the checked `RunConfig` (`config`);
+- `help.py`: `--help` and the table in docs/training.md;
+- `__init__.py`: all of them under one name, as the driver imports them.
 
 The defaults are the embedded default run: AlexNet-BN at its minimum input
 (67x67) on scikit-learn's digits, batch 32, LARSMixed with warmup and
@@ -26,7 +28,7 @@ from keras_largebatch.adaptive_batch import policies as adaptive_policies
 from keras_largebatch.adaptive_batch import rules as adaptive_rules
 from keras_largebatch.distribute import FUSION_THRESHOLD_BYTES
 from keras_largebatch.distribute import HIERARCHICAL_THRESHOLD_BYTES
-from keras_largebatch.train import batch_schedule
+from keras_largebatch.train.config import batch_schedule
 from keras_largebatch.train.data import registry
 
 MODELS = ("alexnet_bn", "resnet50", "resnet50_v1_5", "resnet_cifar")
@@ -62,7 +64,7 @@ GROUPS = {
     "placement": "Where the run computes and how workers all-reduce "
                  "(`placement.place`).",
     "runtime": "This invocation: its folder, mode, checkpoints, seed, "
-               "precision and logging (`main`, `builders.callbacks`).",
+               "precision and logging (`driver`, `builders.callbacks`).",
 }
 
 
@@ -78,7 +80,8 @@ class Flag:
         valid: `(predicate, expected)` for other values (None passes).
         free: resuming a run may change it (it changes neither the model,
             the data, the schedule nor the optimizer).
-        raise_only: resuming a run may raise it (see resume.py).
+        raise_only: resuming a run may raise it (see
+            `checkpointing/resume.py`).
         recorded: written to `run_config.json` and checked on resume.
         grammar: for a `string` whose value is typed, the module that
             parses it once (`TYPE`, `parse(name, text)`, `show(value)`).

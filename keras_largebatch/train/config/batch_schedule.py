@@ -4,7 +4,7 @@
     parse("batch_schedule", "0:512, 4:1024")   # ((0, 512), (4, 1024))
     show(((0, 512), (4, 1024)))                # '0:512,4:1024'
 
-The flags parse it once (`flag_parsing.config`): `RunConfig.adaptive`
+The flags parse it once (`load.config`): `RunConfig.adaptive`
 holds the pairs `AdaptiveBatch(schedule=...)` takes, and `run_config.json`
 and the errors show them as `show` writes them. Whether the epochs
 increase and the batches fit is the adaptive batch's check

@@ -1,11 +1,11 @@
 """The checks of the flags' values: each value against its flag of
-`flag_table.TABLE` (`check`), then `RULES`, the checks that read several
+`table.TABLE` (`check`), then `RULES`, the checks that read several
 flags together (or a flag and the file system), among them the adaptive
 batch's settings as `AdaptiveBatch` checks them.
 
 Each raises the Keras-style `ValueError` naming a flag and echoing its
 value as the command line wrote it. The values are those `RunConfig`
-holds: `--batch_schedule` already parsed (`flag_parsing.config`).
+holds: `--batch_schedule` already parsed (`load.config`).
 """
 
 import dataclasses
@@ -20,7 +20,7 @@ from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
 from keras_largebatch.adaptive_batch import policies as adaptive_policies
 from keras_largebatch.train import recipe
 from keras_largebatch.train.data import registry
-from keras_largebatch.train.flag_table import BY_NAME
+from keras_largebatch.train.config.table import BY_NAME
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,18 @@
-"""The flags of `flag_table.TABLE` for a reader: `help_text`, the command's
-`--help` (kept in `help_page.py` for a Python without Keras), and
-`markdown`, the flag table of docs/training.md (a test compares the two;
-`python -m keras_largebatch.train.flags` prints it).
+"""The flags of `table.TABLE` for a reader: `help_text`, the command's
+`--help` (kept in `train/help_page.py` for a Python without Keras:
+`write_help_page`), and `markdown`, the flag table of docs/training.md (a
+test compares the two), which
+
+    python -m keras_largebatch.train.config.help
+
+prints.
 """
 
-from keras_largebatch.train.flag_table import GROUPS
-from keras_largebatch.train.flag_table import TABLE
+import os
+
+from keras_largebatch.train import PROG
+from keras_largebatch.train.config.table import GROUPS
+from keras_largebatch.train.config.table import TABLE
 
 
 def _first_sentence(text, width=110):
@@ -55,3 +62,21 @@ def markdown():
                     f"{flag.help} |")
     return "\n".join(rows) + "\n"
 
+
+def write_help_page():
+    """Writes `train/help_page.py` from `help_text` (`cli` prints it
+    without importing Keras)."""
+    text = help_text(PROG)
+    quoted = (f'"""\\\n{text}"""' if '"""' not in text
+              and "\\" not in text else repr(text))
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                        "help_page.py")
+    with open(path, "w") as f:
+        f.write('"""`keras-largebatch-train --help`, written by '
+                '`config.help.write_help_page()`\nfrom `help_text` (a test '
+                'keeps the two equal): no Keras needed."""\n\n'
+                f"TEXT = {quoted}\n")
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
