@@ -18,5 +18,25 @@ def _fresh_keras_state():
     keras.backend.clear_session()
 
 
+def dense_bn_model():
+    """Dense + BN + a zero-initialised kernel + a head, with real paths:
+
+        body/kernel body/bias bn/gamma bn/beta zero/kernel zero/bias
+        head/kernel head/bias
+    """
+    inputs = keras.Input((5,))
+    x = keras.layers.Dense(6, name="body")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.Dense(4, kernel_initializer="zeros", name="zero")(x)
+    outputs = keras.layers.Dense(3, name="head")(x)
+    return keras.Model(inputs, outputs)
+
+
+@pytest.fixture(name="dense_bn_model")
+def _dense_bn_model_fixture():
+    """`dense_bn_model`, the optimizer tests' small model, as a builder."""
+    return dense_bn_model
+
+
 def pytest_report_header(config):
     return f"KERAS_BACKEND={keras.backend.backend()}"

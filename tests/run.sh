@@ -30,16 +30,16 @@ PARALLEL=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 # TensorFlow (tf.data, TFRecords, the TF-free checks) and the multi-process
 # ones. The GPU check's and the study's tests (tests/bench) run once, on JAX
 # without TensorFlow.
-MULTI_PROCESS=(tests/train/test_train_processes.py
-               tests/train/test_train_adaptive_batch.py::test_two_jax_processes_grow_the_batch_as_one_process)
+MULTI_PROCESS=(tests/train/run/test_train_processes.py
+               tests/train/run/test_train_adaptive_batch.py::test_two_jax_processes_grow_the_batch_as_one_process)
 NO_TF_TESTS=(tests/train tests/optimizers tests/layers
              --deselect tests/train/test_train_without_tensorflow.py)
 for test in "${MULTI_PROCESS[@]}"; do NO_TF_TESTS+=(--deselect "$test"); done
 MAIN_TESTS=(tests/adaptive_batch tests/applications tests/distribute
             tests/noise_scale tests/package tests/test_*.py
             "${MULTI_PROCESS[@]}"
-            $(grep -lE 'importorskip\("tensorflow"\)|import tensorflow|tf_data' \
-              tests/train/test_*.py))
+            $(grep -rlE 'importorskip\("tensorflow"\)|import tensorflow|tf_data' \
+              tests/train --include='test_*.py' | sort))
 
 if [ "${1:-}" = "--no-install" ]; then
   shift

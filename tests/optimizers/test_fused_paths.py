@@ -24,7 +24,7 @@ import keras_largebatch as klb
 SCALE = 2.0**12
 RTOL = 1e-5  # of the update over all steps
 STEPS = 4
-ZERO_KERNEL = 4  # zero/kernel in `build_model().trainable_variables`
+ZERO_KERNEL = 4  # zero/kernel in `dense_bn_model().trainable_variables`
 SHARED = {"weight_decay": 1e-2, "exclude_from_layer_adaptation": ["head"]}
 
 # (backend, fast path module, optimizer, whether its gradients are scaled)
@@ -55,15 +55,6 @@ PATHS = {
 }
 
 
-def build_model():
-    inputs = keras.Input((5,))
-    x = keras.layers.Dense(6, name="body")(inputs)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.Dense(4, kernel_initializer="zeros", name="zero")(x)
-    outputs = keras.layers.Dense(3, name="head")(x)
-    return keras.Model(inputs, outputs)
-
-
 def realistic_grads(variables, scaled):
     """Magnitudes log-uniform in 1e-6..1e-2 with random signs; zero/kernel
     gets a zero gradient at the first step (|w| = |g| = 0 there). Scaled:
@@ -86,7 +77,7 @@ def realistic_grads(variables, scaled):
     return steps
 
 
-def run(name, fused, monkeypatch):
+def run(name, fused, monkeypatch, dense_bn_model):
     """The variables before and after `STEPS` steps of `PATHS[name]`, and
     how many times its fast path ran."""
     _, module_name, make, scaled = PATHS[name]
@@ -97,7 +88,7 @@ def run(name, fused, monkeypatch):
     monkeypatch.setattr(
         module, "update_step", lambda *a: calls.append(1) or original(*a))
     keras.utils.set_random_seed(7)
-    variables = build_model().trainable_variables
+    variables = dense_bn_model().trainable_variables
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
     optimizer = make()
     rule = optimizer.inner_optimizer if scaled else optimizer
@@ -111,14 +102,14 @@ def run(name, fused, monkeypatch):
 
 
 @pytest.mark.parametrize("name", list(PATHS))
-def test_fused_path_equals_generic_path(name, monkeypatch):
+def test_fused_path_equals_generic_path(name, monkeypatch, dense_bn_model):
     backend = PATHS[name][0]
     if keras.backend.backend() != backend:
         pytest.skip(f"a {backend} path")
-    initial, fused, fused_calls = run(name, True, monkeypatch)
-    _, generic, generic_calls = run(name, False, monkeypatch)
+    initial, fused, fused_calls = run(name, True, monkeypatch, dense_bn_model)
+    _, generic, generic_calls = run(name, False, monkeypatch, dense_bn_model)
     assert (fused_calls, generic_calls) == (STEPS, 0)
-    paths = [v.path for v in build_model().trainable_variables]
+    paths = [v.path for v in dense_bn_model().trainable_variables]
     for w, a, b, path in zip(initial, fused, generic, paths):
         # The updates, not the weights: a small update hides its error in
         # a weight. Float32 rounding of the weights at each step stays

@@ -33,15 +33,6 @@ def reference_lamb(weights, grad_steps, lr, beta_1, beta_2, epsilon,
     return w
 
 
-def build_model():
-    inputs = keras.Input((5,))
-    x = keras.layers.Dense(6, name="body")(inputs)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.Dense(4, kernel_initializer="zeros", name="zero")(x)
-    outputs = keras.layers.Dense(3, name="head")(x)
-    return keras.Model(inputs, outputs)
-
-
 # body/kernel body/bias bn/gamma bn/beta zero/kernel zero/bias head/kernel head/bias
 KERNEL = [True, False, False, False, True, False, True, False]
 ZERO_KERNEL = 4
@@ -86,8 +77,8 @@ def assert_matches(actual, expected, paths, rtol=2e-5):
     "weight_decay, beta_2, trust_clip",
     [(1e-2, 0.999, False), (0.0, 0.99, False), (0.1, 0.999, True)],
 )
-def test_matches_float64_reference_over_several_steps(weight_decay, beta_2, trust_clip):
-    model = build_model()
+def test_matches_float64_reference_over_several_steps(weight_decay, beta_2, trust_clip, dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     if trust_clip:
         enlarge_kernels(variables)
@@ -105,10 +96,10 @@ def test_matches_float64_reference_over_several_steps(weight_decay, beta_2, trus
     assert all(np.isfinite(a).all() for a in actual)
 
 
-def test_trust_clip_changes_the_update():
+def test_trust_clip_changes_the_update(dense_bn_model):
     # Guards the previous test: with enlarged kernels some trust ratio is
     # above 1, so clipping is not a no-op there.
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     enlarge_kernels(variables)
     grad_steps = realistic_grads(variables, 4, seed=0)
@@ -120,8 +111,8 @@ def test_trust_clip_changes_the_update():
     assert not np.allclose(clipped[0], free[0], rtol=1e-4)
 
 
-def test_exclusions_by_path_and_by_keras_var_list():
-    model = build_model()
+def test_exclusions_by_path_and_by_keras_var_list(dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 3, seed=1)
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -138,8 +129,8 @@ def test_exclusions_by_path_and_by_keras_var_list():
     assert_matches(actual, expected, [v.path for v in variables])
 
 
-def test_schedule_is_read_each_step():
-    model = build_model()
+def test_schedule_is_read_each_step(dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 3, seed=2)
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -188,7 +179,7 @@ def test_equals_keras_lamb_without_weight_decay():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="optax is JAX")
-def test_equals_optax_lamb_where_the_rules_coincide():
+def test_equals_optax_lamb_where_the_rules_coincide(dense_bn_model):
     """optax.lamb = scale_by_adam, add_decayed_weights(mask), trust ratio on
     every leaf, learning rate. With `mask` = our decay mask (kernels) it
     equals LAMB on every kernel; with the trust ratio also masked to kernels
@@ -196,7 +187,7 @@ def test_equals_optax_lamb_where_the_rules_coincide():
     import jax.numpy as jnp
     import optax
 
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 4, seed=7)
     params = [jnp.asarray(keras.ops.convert_to_numpy(v)) for v in variables]
@@ -223,11 +214,11 @@ def test_equals_optax_lamb_where_the_rules_coincide():
 
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch _foreach")
 @pytest.mark.parametrize("weight_decay, trust_clip", [(1e-2, False), (0.0, False), (0.1, True)])
-def test_fused_torch_path_equals_generic_path(weight_decay, trust_clip):
+def test_fused_torch_path_equals_generic_path(weight_decay, trust_clip, dense_bn_model):
     results = []
     for fused in (True, False):
         keras.utils.set_random_seed(7)
-        model = build_model()
+        model = dense_bn_model()
         variables = model.trainable_variables
         optimizer = klb.LAMB(0.05, weight_decay=weight_decay, trust_clip=trust_clip,
                              exclude_from_layer_adaptation=["head"])
@@ -263,8 +254,8 @@ def apply_scaled(optimizer, variables, grad_steps, apply_step, scale=SCALE):
     return [keras.ops.convert_to_numpy(v) for v in variables]
 
 
-def test_lamb_mixed_applies_lamb_to_unscaled_gradients(apply_step):
-    model = build_model()
+def test_lamb_mixed_applies_lamb_to_unscaled_gradients(apply_step, dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 4, seed=10)
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -275,8 +266,8 @@ def test_lamb_mixed_applies_lamb_to_unscaled_gradients(apply_step):
     assert_matches(actual, expected, [v.path for v in variables])
 
 
-def test_lamb_mixed_overflow_skips_step_and_halves_scale(apply_step):
-    model = build_model()
+def test_lamb_mixed_overflow_skips_step_and_halves_scale(apply_step, dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 3, seed=11)
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -300,9 +291,9 @@ def test_lamb_mixed_overflow_skips_step_and_halves_scale(apply_step):
     assert_matches(actual, expected, [v.path for v in variables])
 
 
-def test_lamb_mixed_keeps_float32_masters_of_float16_weights(apply_step):
+def test_lamb_mixed_keeps_float32_masters_of_float16_weights(apply_step, dense_bn_model):
     keras.config.set_dtype_policy("float16")
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 3, seed=12)
     grad_steps = [[g.astype("float16") for g in grads] for grads in grad_steps]
@@ -324,9 +315,9 @@ def test_lamb_mixed_keeps_float32_masters_of_float16_weights(apply_step):
     (klb.LAMBMixed, klb.LAMB, {"weight_decay": 1e-2}),
     (klb.LARSMixed, klb.LARS, {"weight_decay": 1e-2, "eta": 0.02}),
 ])
-def test_mixed_with_clipping_unscales_before_the_inner_rule(cls, inner, kwargs, apply_step):
+def test_mixed_with_clipping_unscales_before_the_inner_rule(cls, inner, kwargs, apply_step, dense_bn_model):
     # Clipping needs unscaled gradients: the unscaling is not folded here.
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = realistic_grads(variables, 3, seed=13)
     start = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -346,11 +337,11 @@ def test_mixed_with_clipping_unscales_before_the_inner_rule(cls, inner, kwargs, 
     (klb.LARSMixed, {"weight_decay": 1e-2, "eta": 0.02, "nesterov": True}),
     (klb.LARSMixed, {"weight_decay": 1e-2, "eta": 0.02, "momentum": 0.0}),
 ])
-def test_fused_torch_mixed_path_equals_generic_path(cls, kwargs):
+def test_fused_torch_mixed_path_equals_generic_path(cls, kwargs, dense_bn_model):
     results = []
     for fused in (True, False):
         keras.utils.set_random_seed(7)
-        model = build_model()
+        model = dense_bn_model()
         variables = model.trainable_variables
         optimizer = cls(0.05, initial_scale=SCALE, **kwargs)
         optimizer.inner_optimizer.use_fused_path = fused
@@ -362,13 +353,13 @@ def test_fused_torch_mixed_path_equals_generic_path(cls, kwargs):
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX only")
 @pytest.mark.parametrize("cls", [klb.LAMBMixed, klb.LARSMixed])
-def test_jitted_step_equals_eager_step_on_jax(cls, apply_step):
-    grad_steps = realistic_grads(build_model().trainable_variables, 3, seed=15)
+def test_jitted_step_equals_eager_step_on_jax(cls, apply_step, dense_bn_model):
+    grad_steps = realistic_grads(dense_bn_model().trainable_variables, 3, seed=15)
     grad_steps[1][0][0, 0] = np.inf
     results = []
     for eager in (True, False):
         keras.utils.set_random_seed(3)
-        variables = build_model().trainable_variables
+        variables = dense_bn_model().trainable_variables
         optimizer = cls(0.05, weight_decay=1e-2, initial_scale=SCALE)
         step = (lambda o, g, v: o.apply(g, v)) if eager else apply_step
         results.append(apply_scaled(optimizer, variables, grad_steps, step)

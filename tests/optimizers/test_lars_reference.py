@@ -32,16 +32,6 @@ def reference_lars(weights, grad_steps, lr, momentum, eta, weight_decay,
     return w
 
 
-def build_model():
-    """Dense + BN + a zero-initialised kernel + a head, with real paths."""
-    inputs = keras.Input((5,))
-    x = keras.layers.Dense(6, name="body")(inputs)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.Dense(4, kernel_initializer="zeros", name="zero")(x)
-    outputs = keras.layers.Dense(3, name="head")(x)
-    return keras.Model(inputs, outputs)
-
-
 # Paths: body/kernel body/bias bn/gamma bn/beta zero/kernel zero/bias
 #        head/kernel head/bias
 KERNEL = [True, False, False, False, True, False, True, False]
@@ -76,8 +66,8 @@ def random_grads(variables, steps, rng, zero_grad_for=None):
 )
 def test_matches_float64_reference_over_several_steps(
     momentum, nesterov, weight_decay, epsilon
-):
-    model = build_model()
+, dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     assert [v.path for v in variables] == [
         "body/kernel", "body/bias", "bn/gamma", "bn/beta",
@@ -105,8 +95,8 @@ def test_matches_float64_reference_over_several_steps(
     assert all(np.isfinite(keras.ops.convert_to_numpy(v)).all() for v in variables)
 
 
-def test_exclusion_patterns_match_variable_paths():
-    model = build_model()
+def test_exclusion_patterns_match_variable_paths(dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     rng = np.random.default_rng(1)
     grad_steps = random_grads(variables, 3, rng)
@@ -130,8 +120,8 @@ def test_exclusion_patterns_match_variable_paths():
     assert_close_to_reference(variables, expected)
 
 
-def test_keras_exclude_from_weight_decay_is_honoured():
-    model = build_model()
+def test_keras_exclude_from_weight_decay_is_honoured(dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     rng = np.random.default_rng(2)
     grad_steps = random_grads(variables, 2, rng)
@@ -150,8 +140,8 @@ def test_keras_exclude_from_weight_decay_is_honoured():
     assert_close_to_reference(variables, expected)
 
 
-def test_schedule_learning_rate_is_read_each_step():
-    model = build_model()
+def test_schedule_learning_rate_is_read_each_step(dense_bn_model):
+    model = dense_bn_model()
     variables = model.trainable_variables
     rng = np.random.default_rng(3)
     grad_steps = random_grads(variables, 5, rng)
@@ -236,11 +226,11 @@ def test_sparse_embedding_gradient_is_densified():
 @pytest.mark.parametrize("momentum, nesterov, weight_decay", [
     (0.9, False, 1e-2), (0.9, True, 1e-2), (0.0, False, 1e-2), (0.9, False, 0.0),
 ])
-def test_fused_backend_path_equals_generic_path(momentum, nesterov, weight_decay):
+def test_fused_backend_path_equals_generic_path(momentum, nesterov, weight_decay, dense_bn_model):
     results = []
     for fused in (True, False):
         keras.utils.set_random_seed(7)
-        model = build_model()
+        model = dense_bn_model()
         variables = model.trainable_variables
         optimizer = klb.LARS(
             0.1, momentum=momentum, eta=0.02, weight_decay=weight_decay,
@@ -256,12 +246,12 @@ def test_fused_backend_path_equals_generic_path(momentum, nesterov, weight_decay
 
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch path")
 @pytest.mark.parametrize("nesterov", [False, True])
-def test_torch_multi_tensor_path_leaves_gradients_alone(nesterov):
+def test_torch_multi_tensor_path_leaves_gradients_alone(nesterov, dense_bn_model):
     # The caller's gradient tensors are applied twice here, so an update
     # that scaled or unscaled them in place would make the second step wrong.
     import torch
 
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
     rng = np.random.default_rng(9)
@@ -286,7 +276,7 @@ def test_torch_multi_tensor_path_leaves_gradients_alone(nesterov):
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TF kernel")
 @pytest.mark.parametrize("fused", [True, False])
-def test_tensorflow_kernel_is_chosen_through_fused_paths(monkeypatch, fused):
+def test_tensorflow_kernel_is_chosen_through_fused_paths(monkeypatch, fused, dense_bn_model):
     # `LARS.fused_paths["tensorflow"]` puts each float32 variable's momentum
     # step in `tf_lars`'s kernel; `use_fused_path = False` leaves it out.
     from keras_largebatch.optimizers import tf_lars
@@ -296,7 +286,7 @@ def test_tensorflow_kernel_is_chosen_through_fused_paths(monkeypatch, fused):
     monkeypatch.setattr(
         tf_lars, "apply_step", lambda *a: calls.append(1) or kernel(*a)
     )
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
     grad_steps = random_grads(variables, 2, np.random.default_rng(14))
@@ -365,7 +355,7 @@ def test_tensorflow_xla_step_with_large_kernels_matches_reference(mixed):
     assert_close_to_reference(variables, expected)
 
 
-def test_mixed_takes_gradient_norms_from_the_finiteness_check(monkeypatch):
+def test_mixed_takes_gradient_norms_from_the_finiteness_check(monkeypatch, dense_bn_model):
     # One read of each gradient serves the check and the trust ratio: the
     # rule computes only weight norms (the generic path; torch's fused path
     # reads the same sums through `torch_foreach.norms`).
@@ -374,7 +364,7 @@ def test_mixed_takes_gradient_norms_from_the_finiteness_check(monkeypatch):
     calls = []
     norm = norms.norm
     monkeypatch.setattr(norms, "norm", lambda x: calls.append(1) or norm(x))
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     optimizer = klb.LARSMixed(0.1, momentum=0.9, eta=0.02, weight_decay=1e-2,
                               initial_scale=2.0**10)
@@ -391,11 +381,11 @@ def test_mixed_takes_gradient_norms_from_the_finiteness_check(monkeypatch):
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="XLA via TF")
-def test_tensorflow_step_compiles_with_xla_and_matches_reference():
+def test_tensorflow_step_compiles_with_xla_and_matches_reference(dense_bn_model):
     # Keras' TF trainer jit-compiles the train step on GPUs.
     import tensorflow as tf
 
-    model = build_model()
+    model = dense_bn_model()
     variables = model.trainable_variables
     grad_steps = random_grads(variables, 3, np.random.default_rng(6), 6)
     initial = [keras.ops.convert_to_numpy(v) for v in variables]

@@ -222,16 +222,6 @@ def test_loss_scale_doubles_after_growth_steps_on_the_device():
     assert scales == [SCALE, 2 * SCALE, 2 * SCALE, 4 * SCALE, 4 * SCALE]
 
 
-def _model():
-    """Dense + BN + a zero-initialised kernel + a head, with real paths."""
-    inputs = keras.Input((5,))
-    x = keras.layers.Dense(6, name="body")(inputs)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.Dense(4, kernel_initializer="zeros", name="zero")(x)
-    outputs = keras.layers.Dense(3, name="head")(x)
-    return keras.Model(inputs, outputs)
-
-
 # body/kernel body/bias bn/gamma bn/beta zero/kernel zero/bias head/kernel
 # head/bias; `head` excluded from adaptation, `body` from decay.
 ADAPTED = [True, False, False, False, True, False, False, False]
@@ -239,11 +229,11 @@ DECAYED = [False, False, False, False, True, False, True, False]
 
 
 @pytest.mark.parametrize("name", MAKERS)
-def test_multi_tensor_step_equals_float64_reference(name, lars_momentum_path):
+def test_multi_tensor_step_equals_float64_reference(name, lars_momentum_path, dense_bn_model):
     # zero/kernel starts at 0 (|w| = 0: trust 1) and gets a zero gradient at
     # the second step (|g| = 0); the mixed optimizers get an infinite
     # gradient at the third step, which is skipped with the scale halved.
-    variables = _model().trainable_variables
+    variables = dense_bn_model().trainable_variables
     initial = [keras.ops.convert_to_numpy(v) for v in variables]
     rng = np.random.default_rng(3)
     steps = []

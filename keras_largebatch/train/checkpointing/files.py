@@ -75,7 +75,7 @@ def weights_bytes(model):
     leave its file half-closed and crash the process when it flushes it
     again at exit. Keras' `save_weights_only` steps, on a `BytesIO` store
     (its private `H5IOStore` and `_save_state`; the file is compared with
-    `save_weights`' in tests/train/test_checkpoint_faults.py).
+    `save_weights`' in tests/train/checkpointing/test_checkpoint_faults.py).
     """
     from keras.src.saving import saving_lib
 

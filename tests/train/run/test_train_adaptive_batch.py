@@ -14,7 +14,8 @@ from keras_largebatch.train import config as train_config
 from keras_largebatch.train.run import driver as train_main
 
 BACKEND = keras.backend.backend()
-HERE = os.path.dirname(__file__)
+# The command scripts live in tests/train.
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(HERE, "small_command.py")
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=16",
         "--gradient_accumulation_steps=2", "--steps_per_epoch=8",

@@ -22,7 +22,8 @@ from keras_largebatch.train.run import divergence
 from keras_largebatch.train.run import driver as train_main
 from keras_largebatch.train.checkpointing import lock
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The command scripts live in tests/train.
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = os.path.join(HERE, "small_command.py")
 # digits (1,437 training images) in batches of 16, a small model: fast.
 SHORT = ["--global_batch_size=16", "--verbose=0", "--warmup_epochs=0"]

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 BACKEND = keras.backend.backend()
-HERE = os.path.dirname(__file__)
-SCRIPT = os.path.join(HERE, "small_command.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(os.path.dirname(HERE), "small_command.py")
 LEGACY = os.path.join(HERE, "legacy_run")
 ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",
         "--steps_per_epoch=6", "--epochs=2", "--augment=crop_flip",

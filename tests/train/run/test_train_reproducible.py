@@ -105,7 +105,8 @@ def test_tensorflow_runs_are_identical_under_deterministic(tmp_path):
     import subprocess
     import sys
 
-    script = os.path.join(os.path.dirname(__file__), "small_command.py")
+    script = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "small_command.py")
 
     def run(model_dir, kill=None):
         env = dict(os.environ, KERAS_BACKEND="tensorflow")

@@ -14,7 +14,8 @@ import pytest
 from keras_largebatch.distribute import localhost
 
 BACKEND = keras.backend.backend()
-HERE = os.path.dirname(__file__)
+# The command scripts live in tests/train.
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",
         "--steps_per_epoch=3", "--epochs=3", "--augment=crop_flip",
         "--image_size=67", "--warmup_epochs=0.5", "--verbose=2",

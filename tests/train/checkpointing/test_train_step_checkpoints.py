@@ -14,7 +14,8 @@ import pytest
 from keras_largebatch.distribute import localhost
 
 BACKEND = keras.backend.backend()
-HERE = os.path.dirname(__file__)
+# The command scripts live in tests/train.
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(HERE, "small_command.py")  # KILL_AT_EPOCH_STEP ends it
 # Six micro-batches an epoch, a checkpoint every two updates.
 ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",

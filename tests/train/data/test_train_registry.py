@@ -14,7 +14,7 @@ from keras_largebatch.train.data import loaders
 from keras_largebatch.train.data import registry
 
 PACKAGE = os.path.dirname(keras_largebatch.train.__file__)
-DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs",
+DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs",
                     "training.md")
 
 

@@ -24,7 +24,8 @@ from keras_largebatch.distribute import localhost
 from keras_largebatch.train.run import placement
 from keras_largebatch.train.run import processes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The command scripts live in tests/train.
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 # The command with a model that has no batch norm or dropout (their state
 # is per process under DDP); KILL_AT_EPOCH_STEP ends rank KILL_RANK.
