@@ -12,6 +12,7 @@ import it without TensorFlow, the optimizers or the strategy.
 """
 
 import contextlib
+import json
 import os
 
 
@@ -83,6 +84,13 @@ def atomic_write(path, text):
     with atomic_path(path) as tmp:
         with open(tmp, "w") as f:
             f.write(text)
+
+
+def write_json(path, obj):
+    """Writes `obj` as sorted, indented JSON to `path` atomically: every
+    JSON file the training command writes (run_config.json, summary.json,
+    eval.json, the checkpoints' metadata)."""
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def registrar(table, base):

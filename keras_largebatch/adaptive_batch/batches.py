@@ -9,7 +9,7 @@ k falls where an update of both the old and the new k ends.
 `AdaptiveBatch` and the command's flags check their settings here, once:
 `resolve` what the arguments alone decide, `check_compiled` what needs
 `k0`. Each error names a setting as its caller's user wrote it (`Names`:
-the callback's arguments by default, the flags in `train/flags.py`).
+the callback's arguments by default, the flags in `train/config/table.py`).
 """
 
 import math

@@ -12,7 +12,7 @@ rate linear in the batch for SGD, up to 8 x the compiled batch.
 `learning_rate_rule="auto"` resolves to.
 
 `PREVIOUS` holds the defaults these replaced, with which a run of the
-command recorded before them resumes (`train.checkpointing.resume.upgrade`).
+command recorded before them resumes (`train.config.migration.upgrade`).
 """
 
 POLICY = "noise_scale"

@@ -1,24 +1,22 @@
-"""The `keras-largebatch-train` command.
+"""The `keras-largebatch-train` command, a room per concept:
 
-`flag_table` (the one flag table), `flag_rules` (the cross-flag rules),
-`run_config` (the frozen `RunConfig` of typed groups, written out),
-`flag_parsing`, `flag_help` and `batch_schedule` (`flags` hands their names
-on), `cli` (the console-script entry point: `--help` and the backend check
-before Keras is imported), `main` (the driver: parses the command line once
-and assembles the run, handing each builder the groups it reads),
-`divergence` (a diverged run stops, exit code 3), `builders` (devices, schedule,
-model and optimizer, callbacks, the `Run`), `data` (loaders and formats
-without TensorFlow, the tf.data and Grain pipelines behind one factory),
-`imagenet` (TFRecords), `augment` and `augment_numpy` (one stage table,
-in tf.data and in NumPy), `recipe` (sizes, precision, learning rate,
-optimizer), `outputs` (callbacks and files; every `.keras` file through
-`save_keras`), `exported` (the saved model takes the data set's own
-images), `banner` (what a run says before it trains), `interrupt` (Ctrl-C:
-one line, exit code 130), `checkpointing` (the checkpoints: names, the
-lock on the run folder, the atomic save, the epoch backup, within epochs,
-the epoch checkpoints, which one a resume loads, the resume's flag rules),
-`report` (run_config.json, summary.json, the closing line), `evaluate`
-(`--mode=eval`) and `processes` (several JAX processes).
+    cli.py          the one door (`run()`): `--help` (`help_page.py`, generated)
+                    and the backend check before Keras is imported
+    config/         the flags: one table (the one source of every default),
+                    the typed `RunConfig`, the rules, `parse` and `resolve`
+                    (default < recorded run < command line), older runs
+    run/            the driver (place, prepare, train or evaluate), devices
+                    and processes, the builders, divergence, Ctrl-C, the banner
+    recipe/         model, learning rate, optimizer, precision
+    data/           the data sets, their loaders, augmentation and pipelines
+    checkpointing/  the checkpoints and the run folder's lock; takes what it
+                    needs as arguments and knows nothing of the flags
+    outputs/        what a run writes besides checkpoints: the JSON files and
+                    history.csv, the callbacks, the saved model, the report
+
+Data flows one way: `cli` -> `run.driver` -> `config` (-> `checkpointing`
+to read a recorded run) and the builders (`recipe`, `data`, `outputs`,
+`checkpointing`).
 """
 
 PROG = "keras-largebatch-train"

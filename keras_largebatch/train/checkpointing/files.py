@@ -20,8 +20,8 @@ import shutil
 import zlib
 
 from keras_largebatch._shared import atomic_path
+from keras_largebatch._shared import write_json
 from keras_largebatch.train.checkpointing import names
-from keras_largebatch.train.outputs.files import write_json
 
 # HDF5's own structures beside the variables' bytes, with a margin.
 OVERHEAD = 1.1
@@ -88,7 +88,7 @@ def weights_bytes(model):
 
 
 def save_json(path, obj):
-    """Writes `obj` as JSON to `path` atomically (`outputs.files.write_json`);
+    """Writes `obj` as JSON to `path` atomically (`_shared.write_json`);
     `SaveError` on failure."""
     try:
         write_json(path, obj)

@@ -15,7 +15,7 @@ precise_bn_batches, initial_epoch)`, the factory that builds the pipeline
 `--input_pipeline` resolves to, with the augmentation of `--augment` (one
 stage table, `augment.STAGES`, in tf.data and in NumPy), and returns
 `Inputs`: what `fit` reads and what precise BN reads. `data`, `network`
-and `training` are those parts of `flags.RunConfig`.
+and `training` are those parts of `config.RunConfig`.
 """
 
 import dataclasses

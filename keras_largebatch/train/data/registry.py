@@ -3,7 +3,7 @@
 `DATASETS` has one `Dataset` per data set: its loader, its own image size,
 what `--augment=auto` means for it, the input pipelines that read it, what
 it needs installed and its line in the flag's help. From it come
-`--dataset`'s choices and help (`flags.py`), the input size of
+`--dataset`'s choices and help (`config/table.py`), the input size of
 `resnet_cifar` (`recipe.image_size_for`), the augmentation (`augment_policy`),
 the pipeline of `--input_pipeline=auto` (`data.resolve_input_pipeline`), the
 error for an unknown name (`load`) and the table in docs/training.md
@@ -136,7 +136,7 @@ def load(dataset, image_size, data_dir=None, num_classes=0, seed=0,
 
 def native_size(name):
     """The side of `name`'s own images, None where they have no one size
-    (or for an unknown name: flags.py reports that)."""
+    (or for an unknown name: the flags report that)."""
     found = BY_NAME.get(name)
     return found.native_size if found else None
 

@@ -13,7 +13,7 @@ class DataError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class RawImages:
     """The images as the data set gives them, which the saved model takes
-    (`exported.py`): `shape` (height, width, channels; None where sizes
+    (`outputs/exported.py`): `shape` (height, width, channels; None where sizes
     vary) and `max_value`, the value that is white (16 for digits, 255
     for 8-bit images, 1 for synthetic ones)."""
 

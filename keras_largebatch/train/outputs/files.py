@@ -1,18 +1,12 @@
-"""The files a run writes and reads back outside its checkpoints: JSON
-(run_config.json, summary.json, eval.json), history.csv (Keras'
-`CSVLogger`) and learning_curves.png; each written atomically."""
+"""The files a run reads back and draws outside its checkpoints:
+history.csv (Keras' `CSVLogger`, `read_history`) and learning_curves.png
+(`plot_learning_curves`, written atomically). Its JSON files go through
+the package's one `write_json` (`keras_largebatch._shared`)."""
 
 import csv
-import json
 import os
 
 from keras_largebatch._shared import atomic_path
-from keras_largebatch._shared import atomic_write
-
-
-def write_json(path, obj):
-    """Writes `obj` as sorted, indented JSON to `path` atomically."""
-    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_history(out_dir, history=None):

@@ -21,6 +21,7 @@ import os
 import time
 
 from keras_largebatch._shared import check_int
+from keras_largebatch._shared import write_json
 from keras_largebatch.train import PROG
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import recipe
@@ -42,7 +43,7 @@ def begin(run, out_dir):
     if not run.devices.chief:
         return
     if not run.resuming:
-        files.write_json(os.path.join(out_dir, "run_config.json"),
+        write_json(os.path.join(out_dir, "run_config.json"),
                            run.recorded)
     elif run.resuming.raised:
         print(f"{PROG}: {run.schedule.raise_message}")
@@ -55,7 +56,7 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     learning_curves.png; prints the closing line. Returns 0.
 
     The summary names the run, so it reads several parts of `config` (a
-    `flags.RunConfig`): network, data, training, optimization,
+    `config.RunConfig`): network, data, training, optimization,
     learning_rate, adaptive, and runtime's `keep_checkpoints`.
     """
     checkpointing.save_final(
@@ -89,7 +90,7 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
             f"{config.network.model} on {config.data.dataset}, batch "
             f"{config.training.global_batch_size}, "
             f"{config.optimization.optimizer}")
-        files.write_json(summary_path, summary)
+        write_json(summary_path, summary)
     where = summary_path if run.devices.chief else (
         "(not the chief: no summary)")
     grown = ""

@@ -2,7 +2,7 @@
 
 `driver.prepare` calls them in turn, as Model Garden's `train_lib` hands a
 typed config to a task, a trainer and a controller. Each takes the parts
-of `flags.RunConfig` it reads (`config.training`, ...), and a lone value
+of `config.RunConfig` it reads (`config.training`, ...), and a lone value
 where it reads one flag of a part that is otherwise not its business:
 
     check_devices(training, precise_bn_batches, devices)
@@ -55,7 +55,7 @@ class Schedule:
 @dataclasses.dataclass(frozen=True)
 class Run:
     """Everything checked and built, nothing written yet (the settings
-    stay in `flags.RunConfig`, whose parts the driver hands out).
+    stay in `config.RunConfig`, whose parts the driver hands out).
 
     Attributes:
         devices: `Devices`.
@@ -176,7 +176,7 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
-    `flags.RunConfig`; of the others it reads
+    `config.RunConfig`; of the others it reads
     `gradient_accumulation_steps` (the micro-batches per update, unless
     the batch grows) and `compression` (top-k residuals, under
     `strategy`). `inputs` is `data.Inputs`. `divergence.StopOnDivergence`

@@ -21,7 +21,7 @@ batch's end of that epoch.
 The weights are the model's float variables and its optimizer's (momenta,
 the float32 masters of a mixed optimizer), not the loss scale. Whatever
 saves a checkpoint may call `nonfinite_variables(model)` first and raise
-`Diverged` where it is not empty. The driver (`main.py`) prints the
+`Diverged` where it is not empty. The driver (`driver.py`) prints the
 `Diverged` line and exits with `EXIT_CODE` (3).
 """
 

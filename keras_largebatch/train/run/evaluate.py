@@ -18,9 +18,9 @@ first recomputed over N training batches of its last epoch.
 
 import os
 
+from keras_largebatch._shared import write_json
 from keras_largebatch.train import PROG
 from keras_largebatch.train.data import grain_pipeline
-from keras_largebatch.train.outputs import files
 
 
 def evaluate(run, model_dir, epochs, precise_bn_batches=0):
@@ -63,7 +63,7 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
     if "top5_accuracy" in metrics:
         result["top5_accuracy"] = float(metrics["top5_accuracy"])
     where = os.path.join(model_dir, "eval.json")
-    files.write_json(where, result)
+    write_json(where, result)
     print(f"{PROG}: val_accuracy={result['val_accuracy']:.4f} "
           f"({result['checkpoint']}) -> {where}")
     return 0

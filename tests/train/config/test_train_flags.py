@@ -15,7 +15,7 @@ from keras_largebatch.train.run import builders
 from keras_largebatch.train import config as flags
 from keras_largebatch.train.config import migration
 from keras_largebatch.train.run import driver as train_main
-from keras_largebatch.train.outputs import files as output_files
+from keras_largebatch._shared import write_json
 from keras_largebatch.train.checkpointing import resume
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs",
@@ -179,7 +179,7 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
         return dict(config.recorded(), image_size=67, num_classes=10)
 
     # The same flags, with the adaptive batch's flags of today (`upgrade`).
-    output_files.write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
+    write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
     assert now == migration.upgrade(json.loads(text))
     assert set(now) - set(json.loads(text)) == {
