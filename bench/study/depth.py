@@ -10,7 +10,7 @@ from bench.study import show
 from bench.study import stats
 from bench.study.selection import arm
 from bench.study.selection import shortfall
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import rates
 
 # ResNet-20 w16 gets further: LARS at depth is read at these.
 DEPTH_TARGETS = (0.90, 0.92, 0.93)
@@ -97,8 +97,8 @@ def depth_findings(runs, batch=DEPTH_BATCH, epochs=plans.DEPTH_EPOCHS):
                   f"{DEPTH_NAME} at {batch:,}", a=o, b=p, n=n, status=status,
             result=None if shortfall(*n) else stats.compare(
                 arms[o]["arm"], arms[p]["arm"], DEPTH_TARGETS)))
-    rate = recipe.peak_learning_rate("lars_mixed", 0, batch)
-    warmup = recipe.warmup_epochs_for("lars_mixed", "auto", batch, epochs)
+    rate = rates.peak_learning_rate("lars_mixed", 0, batch)
+    warmup = rates.warmup_epochs_for("lars_mixed", "auto", batch, epochs)
     chose = [r for r in runs if r.get("workload") == DEPTH_WORKLOAD
              and r["optimizer"] == "lars_mixed" and r["batch"] == batch
              and r["epochs"] == epochs and r["seed"] in plans.DEPTH_CHOOSE

@@ -20,7 +20,7 @@ from bench.core import runspec
 from bench.core.plan import Plan
 from bench.study import kills
 from bench.study import stats
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import rates as recipe_rates
 
 SMALL_BATCH, MICRO = 128, 256
 
@@ -64,7 +64,7 @@ def fixed(batch, rate, seeds, epochs=24, optimizer="sgd", warmup_epochs=None,
           **extra):
     """A fixed batch at one peak rate over `seeds`, the recipe's warmup
     (or `warmup_epochs`)."""
-    warmup = recipe.warmup_epochs_for(optimizer, "auto", batch, epochs,
+    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto", batch, epochs,
                                       warmup_epochs)
     return [dict(extra, kind="fixed", phase="fixed", optimizer=optimizer,
                  batch=batch, rate=rate, seed=seed, epochs=epochs,
@@ -109,7 +109,7 @@ def grown(variant, rate, seeds, epochs=24, optimizer="sgd"):
         flags.update(global_batch_size=SMALL_BATCH * start,
                      base_learning_rate=f"{rate * start ** (1 if linear else 0.5):g}",
                      gradient_accumulation_steps=2 * start)
-    warmup = recipe.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
+    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
     return [dict(kind="grown", phase="grown", optimizer=optimizer,
                  batch=SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
                  warmup_epochs=warmup, variant=variant, flags=flags)
@@ -194,7 +194,7 @@ def ramp(schedule, rate, seeds, epochs=24, optimizer="sgd", variant=None):
     along `schedule`, the rate linear in the batch (the defaults' rule for
     SGD), the recipe's warmup of the small batch as the grown runs have;
     `variant` names a ramp other than `RAMP_SCHEDULE`."""
-    warmup = recipe.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
+    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto", SMALL_BATCH, epochs)
     flags = dict(adaptive_batch="schedule", batch_schedule=schedule,
                  adaptive_learning_rate="linear",
                  gradient_accumulation_steps=2)
@@ -300,7 +300,7 @@ LARS_VS_SGD = Plan(
     "a rate",
     tuple(dict(phase=phase, optimizer=o, batch=b, epochs=e, rate=r,
                seed=1 if phase == "seed" else 0, evals=1,
-               warmup_epochs=recipe.warmup_epochs_for(o, "auto", b, e))
+               warmup_epochs=recipe_rates.warmup_epochs_for(o, "auto", b, e))
           for phase, o, e, b, rates in _LBS for r in rates),
     compared=True)
 
@@ -401,7 +401,7 @@ DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
 # TensorFlow, keyed apart from the H200 / JAX runs of those rates), then
 # measured on seeds 101-105, so every arm has n = 5.
 MOMENTUM_BATCH, MOMENTUM_RATES = 4096, (0.1, 0.2, 0.4, 0.8, 1.6)
-MOMENTUM_WARMUPS = (recipe.warmup_epochs_for(
+MOMENTUM_WARMUPS = (recipe_rates.warmup_epochs_for(
     "lars_mixed", "auto", MOMENTUM_BATCH, DEPTH_EPOCHS), 2.9)
 MOMENTUM_MEASURE = (101, 102, 103, 104, 105)
 LAYERWISE = ("lars_mixed", "lamb_mixed")

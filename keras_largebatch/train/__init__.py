@@ -7,7 +7,7 @@
                     (default < recorded run < command line), older runs
     run/            the driver (place, prepare, train or evaluate), devices
                     and processes, the builders, divergence, Ctrl-C, the banner
-    recipe/         model, learning rate, optimizer, precision
+    recipe/         the network, learning rate, optimizer and precision
     data/           the data sets, their loaders, augmentation and pipelines
     checkpointing/  the checkpoints and the run folder's lock; takes what it
                     needs as arguments and knows nothing of the flags

@@ -587,10 +587,10 @@ def test_the_default_row_is_the_plans_rate_10_run_at_4096():
     """`--lr_scaling=auto` gives LARSMixed at 4,096 the MLPerf table's
     rate and warmup: exactly the run the depth plan extends its sweep to
     first, so the report's default row reads that run."""
-    from keras_largebatch.train import recipe
+    from keras_largebatch.train.recipe import rates as recipe_rates
 
-    rate = recipe.peak_learning_rate("lars_mixed", 0, 4096)
-    warmup = recipe.warmup_epochs_for("lars_mixed", "auto", 4096,
+    rate = recipe_rates.peak_learning_rate("lars_mixed", 0, 4096)
+    warmup = recipe_rates.warmup_epochs_for("lars_mixed", "auto", 4096,
                                       plans.DEPTH_EPOCHS)
     assert (rate, warmup) == (10.0, pytest.approx(12 * 5 / 42))
     sweep = [_depth_run(H200, "lars_mixed", r, 100, 100 if r == 20 else None,

@@ -4,7 +4,7 @@ import pytest
 
 def small_model(model_name, image_size, num_classes, bn_momentum=None,
                 channels=3, *args, **kwargs):
-    """A 1.5 k-parameter stand-in for `recipe.build_model` (fast tests).
+    """A 1.5 k-parameter stand-in for `recipe.models.build_model` (fast tests).
 
     Convolution, batch norm, dropout and a classifier: every kind of state
     the real models have (moving statistics, a dropout seed).
@@ -24,6 +24,6 @@ def small_model(model_name, image_size, num_classes, bn_momentum=None,
 @pytest.fixture
 def small(monkeypatch):
     """keras-largebatch-train builds `small_model` instead of the real one."""
-    from keras_largebatch.train import recipe
+    from keras_largebatch.train.recipe import models
 
-    monkeypatch.setattr(recipe, "build_model", small_model)
+    monkeypatch.setattr(models, "build_model", small_model)

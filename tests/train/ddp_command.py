@@ -20,7 +20,7 @@ import keras  # noqa: E402
 import kill_switch  # noqa: E402
 
 from keras_largebatch.train import cli  # noqa: E402
-from keras_largebatch.train import recipe  # noqa: E402
+from keras_largebatch.train.recipe import models  # noqa: E402
 
 
 def plain_model(model_name, image_size, num_classes, bn_momentum=None,
@@ -35,7 +35,7 @@ def plain_model(model_name, image_size, num_classes, bn_momentum=None,
     return keras.Model(inputs, outputs, name=model_name)
 
 
-recipe.build_model = plain_model
+models.build_model = plain_model
 if os.environ.get("RANK", "0") == os.environ.get("KILL_RANK", "1"):
     kill_switch.install()
 

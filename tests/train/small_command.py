@@ -16,9 +16,9 @@ from conftest import small_model  # noqa: E402
 import kill_switch  # noqa: E402
 
 from keras_largebatch.train import cli  # noqa: E402
-from keras_largebatch.train import recipe  # noqa: E402
+from keras_largebatch.train.recipe import models  # noqa: E402
 
-recipe.build_model = small_model
+models.build_model = small_model
 kill_switch.install()
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from keras_largebatch._shared import require
 from keras_largebatch.adaptive_batch import batches as adaptive_batches
 from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
 from keras_largebatch.adaptive_batch import policies as adaptive_policies
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import models
+from keras_largebatch.train.recipe import rates
 from keras_largebatch.train.data import registry
 from keras_largebatch.train.config.table import BY_NAME
 
@@ -51,10 +52,10 @@ def _requires(name, reads, holds, expected, **kwargs):
 
 
 def _image_size_fits_the_model(values):
-    size = recipe.image_size_for(values["model"],
+    size = models.image_size_for(values["model"],
                                  registry.native_size(values["dataset"]),
                                  values["image_size"])
-    minimum = recipe.MIN_IMAGE_SIZE[values["model"]]
+    minimum = models.MIN_IMAGE_SIZE[values["model"]]
     require(size >= minimum, "image_size", size,
             f"at least {minimum} for {values['model']}")
 
@@ -203,7 +204,7 @@ RULES = (
               lambda v: f"less than `epochs` ({v['epochs']}): the warmup "
                         "would never end", after_resume=True),
     Rule(("lr_scaling", "optimizer", "base_learning_rate"),
-         lambda v: recipe.check_lr_rule(v["optimizer"],
+         lambda v: rates.check_lr_rule(v["optimizer"],
                                         v["base_learning_rate"],
                                         v["lr_scaling"]), after_resume=True),
 )

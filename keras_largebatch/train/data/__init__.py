@@ -26,7 +26,7 @@ import keras
 
 from keras_largebatch.train.data import augment
 from keras_largebatch.train.data import augment_numpy
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import models
 from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train.data import registry
 from keras_largebatch.train.data import tf_pipeline
@@ -69,14 +69,14 @@ class Inputs:
 
 def load_for(data, network, seed):
     """The `DataSpec` of `data.dataset` at the input size of
-    `network.model` (see `recipe.image_size_for`), split by `seed`; raises
+    `network.model` (see `recipe.models.image_size_for`), split by `seed`; raises
     `DataError`."""
-    size = recipe.image_size_for(network.model,
+    size = models.image_size_for(network.model,
                                  registry.native_size(data.dataset),
                                  data.image_size)
     return registry.load(
         data.dataset, size, data.data_dir, data.num_classes, seed,
-        data.check_images, recipe.input_channels(network.model),
+        data.check_images, models.input_channels(network.model),
         (data.num_train_examples, data.num_validation_examples),
         network.init_weights)
 

@@ -4,7 +4,7 @@
 what `--augment=auto` means for it, the input pipelines that read it, what
 it needs installed and its line in the flag's help. From it come
 `--dataset`'s choices and help (`config/table.py`), the input size of
-`resnet_cifar` (`recipe.image_size_for`), the augmentation (`augment_policy`),
+`resnet_cifar` (`recipe.models.image_size_for`), the augmentation (`augment_policy`),
 the pipeline of `--input_pipeline=auto` (`data.resolve_input_pipeline`), the
 error for an unknown name (`load`) and the table in docs/training.md
 (`markdown`). Adding a data set is one entry here and its loader in

@@ -8,7 +8,7 @@ def resolve_precision(precision):
     """`auto` is mixed_float16 on a GPU and float32 elsewhere."""
     if precision != "auto":
         return precision
-    return "mixed_float16" if _has_gpu() else "float32"
+    return "mixed_float16" if has_gpu() else "float32"
 
 
 def make_deterministic():
@@ -24,7 +24,7 @@ def make_deterministic():
         torch.use_deterministic_algorithms(True)
 
 
-def _has_gpu():
+def has_gpu():
     backend = keras.backend.backend()
     if backend == "jax":
         import jax

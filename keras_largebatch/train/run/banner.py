@@ -14,7 +14,7 @@
 import keras
 
 from keras_largebatch.train import PROG
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import precision
 
 
 def lines(run, network, data, optimization, training):
@@ -45,7 +45,7 @@ def lines(run, network, data, optimization, training):
         + (f"; resuming after epoch {run.initial_epoch}"
            if run.resuming else ""),
         f"backend {keras.backend.backend()}, {processes}, {replicas} "
-        f"({'gpu' if recipe._has_gpu() else 'cpu'}), precision "
+        f"({'gpu' if precision.has_gpu() else 'cpu'}), precision "
         f"{run.precision}, optimizer {optimization.optimizer} at a "
         f"peak learning rate of {schedule.peak:.4g} (warmup "
         f"{schedule.warmup_epochs:.3g} epochs)",

@@ -29,7 +29,9 @@ from keras_largebatch.train.run import divergence
 from keras_largebatch.train.run import interrupt
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train.outputs import callbacks as outputs
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import models
+from keras_largebatch.train.recipe import optimizers
+from keras_largebatch.train.recipe import rates
 from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.run.placement import Devices
 
@@ -106,23 +108,23 @@ def schedule(learning_rate, training, optimizer, steps_per_epoch,
     the batch and epochs of `training` and the `optimizer` (its name,
     which picks the default rule); resuming with `--epochs` raised, the
     one of a run planned for the new number of epochs."""
-    rates, batch = learning_rate, training.global_batch_size
-    peak = recipe.peak_learning_rate(
-        optimizer, rates.base_learning_rate, batch, rates.base_batch_size,
-        rates.lr_scaling)
+    lr, batch = learning_rate, training.global_batch_size
+    peak = rates.peak_learning_rate(
+        optimizer, lr.base_learning_rate, batch, lr.base_batch_size,
+        lr.lr_scaling)
     raised = resuming is not None and resuming.raised
     # A default warmup is a fraction of the run: of the original one when
     # --epochs is raised on resume, so the steps already taken keep theirs.
-    warmup = recipe.warmup_epochs_for(
-        optimizer, rates.lr_scaling, batch,
+    warmup = rates.warmup_epochs_for(
+        optimizer, lr.lr_scaling, batch,
         resuming.epochs_before if raised else training.epochs,
-        rates.warmup_epochs)
+        lr.warmup_epochs)
 
     def planned(epochs):
         # Keras calls a schedule with its step counter, which counts
         # batches, not updates, under gradient accumulation.
-        return recipe.schedule(peak, steps_per_epoch, epochs, warmup,
-                               rates.end_learning_rate, rates.poly_power)
+        return rates.schedule(peak, steps_per_epoch, epochs, warmup,
+                              lr.end_learning_rate, lr.poly_power)
 
     learning_rate = planned(training.epochs)
     message = None
@@ -139,17 +141,17 @@ def model(network, optimization, gradient_accumulation_steps, spec,
     with the optimizer and loss of `optimization` on `schedule`, averaging
     `gradient_accumulation_steps` batches per update; call it in the
     strategy's scope."""
-    built = recipe.build_model(
+    built = models.build_model(
         network.model, spec.image_size, spec.num_classes,
         network.bn_momentum, spec.channels, network.resnet_depth,
         network.resnet_width)
     if network.init_weights:
-        recipe.load_init_weights(built, network.init_weights)
-    optimizer = recipe.build_optimizer(
+        models.load_init_weights(built, network.init_weights)
+    optimizer = optimizers.build_optimizer(
         optimization.optimizer, schedule.learning_rate, built,
         optimization.momentum, optimization.eta, optimization.weight_decay,
         gradient_accumulation_steps, nesterov=optimization.nesterov)
-    recipe.compile_model(built, optimizer, optimization.label_smoothing,
+    optimizers.compile_model(built, optimizer, optimization.label_smoothing,
                          top5=spec.num_classes > 10)
     return built
 

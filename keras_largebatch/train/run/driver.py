@@ -23,11 +23,11 @@ does a checkpoint that cannot be written (a full disk: one line, the last
 complete checkpoint kept, `checkpointing/files.py`).
 
 This module is the driver: it has the command line parsed into one frozen
-`config.RunConfig` (`config.parse`, the only reader of absl's `FLAGS`),
-places the run on its devices (`placement.place`), has the builders
-assemble it (`prepare`), then fits (`train`) or evaluates (`evaluate.py`);
-it is the one place that holds the whole config, and it hands each
-builder the parts it reads. `cli.run` is the command's one door to it.
+`config.RunConfig` (`config.load.parse`, the only reader of absl's
+`FLAGS`), places the run on its devices (`placement.place`), has the
+builders assemble it (`prepare`), then fits (`train`) or evaluates
+(`evaluate.py`); it is the one place that holds the whole config, and it
+hands each builder the parts it reads. `cli.run` is the command's one door to it.
 """
 
 import contextlib
@@ -42,22 +42,28 @@ from absl import flags
 
 from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
-from keras_largebatch.train.run import banner
-from keras_largebatch.train.run import builders
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
-from keras_largebatch.train.data import grain_pipeline
-from keras_largebatch.train.run import divergence
-from keras_largebatch.train.run import evaluate
-from keras_largebatch.train import config as train_config
-from keras_largebatch.train.run import interrupt
-from keras_largebatch.train.run import processes
-from keras_largebatch.train.outputs.callbacks import Throughput
-from keras_largebatch.train import recipe
-from keras_largebatch.train.outputs import report
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import lock
+from keras_largebatch.train.config import load
+from keras_largebatch.train.config import migration
+from keras_largebatch.train.config import rules
+from keras_largebatch.train.config import table
+from keras_largebatch.train.data import grain_pipeline
+from keras_largebatch.train.outputs import report
+from keras_largebatch.train.outputs.callbacks import Throughput
+from keras_largebatch.train.recipe.precision import make_deterministic
+from keras_largebatch.train.recipe.precision import resolve_precision
+from keras_largebatch.train.run import banner
+from keras_largebatch.train.run import builders
+from keras_largebatch.train.run import divergence
+from keras_largebatch.train.run import evaluate
+from keras_largebatch.train.run import interrupt
+from keras_largebatch.train.run.placement import barrier
 from keras_largebatch.train.run.placement import place
+from keras_largebatch.train.run.processes import jax_cluster
+from keras_largebatch.train.run.processes import supervisor
 
 
 # A checkpoint could not be written (a full or failing disk): exit code.
@@ -70,14 +76,14 @@ def main(argv):
     start = time.perf_counter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        config = train_config.parse(argv)
+        config = load.parse(argv)
     except (flags.Error, ValueError) as e:
         return fail(e)
     placement, runtime = config.placement, config.runtime
     if (placement.distribution == "data_parallel"
-            and processes.SUPERVISED not in os.environ
-            and processes.is_multi_process()):
-        return processes.supervise(argv, runtime.model_dir,
+            and supervisor.SUPERVISED not in os.environ
+            and jax_cluster.is_multi_process()):
+        return supervisor.supervise(argv, runtime.model_dir,
                                    placement.collective_timeout_seconds)
     held = []  # The lock on model_dir, once taken.
     try:
@@ -120,7 +126,7 @@ def _run(config, start, held):
     try:
         return train(config, built, start)
     except tf.errors.OpError as e:
-        lost = processes.lost_worker_message(e, devices.workers, devices.task)
+        lost = supervisor.lost_worker_message(e, devices.workers, devices.task)
         print(f"{PROG}: error: {lost} "
               f"To resume, start all {devices.workers} workers again with "
               f"the same command: they continue from the last finished "
@@ -144,19 +150,19 @@ def prepare(config, devices):
     builders.check_devices(training, precise_bn, devices)
     keras.utils.set_random_seed(runtime.seed)
     if runtime.deterministic:
-        recipe.make_deterministic()
-    precision = recipe.resolve_precision(runtime.precision)
+        make_deterministic()
+    precision = resolve_precision(runtime.precision)
     keras.mixed_precision.set_dtype_policy(precision)
     spec = data.load_for(config.data, config.network, runtime.seed)
     recorded = dict(config.recorded(), image_size=spec.image_size,
                     num_classes=spec.num_classes)
     resuming = checkpointing.check_model_dir(
         runtime.model_dir, recorded,
-        may_differ=train_config.FREE + train_config.RAISABLE,
-        upgrade=train_config.upgrade, train=runtime.mode == "train")
+        may_differ=table.FREE + table.RAISABLE,
+        upgrade=migration.upgrade, train=runtime.mode == "train")
     # Every process has read `model_dir` before the chief writes there.
-    processes.barrier(keras.backend.backend(), devices.process_count)
-    train_config.check_after_resume(config)
+    barrier(keras.backend.backend(), devices.process_count)
+    rules.check_after_resume(config)
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
                          precise_bn, initial_epoch,

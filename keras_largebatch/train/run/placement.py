@@ -1,4 +1,5 @@
-"""Where a run computes: `Devices`, and `place`, which builds them.
+"""Where a run computes: `Devices`, `place`, which builds them, and
+`barrier`, where a job's processes wait for each other.
 
 `place(placement)` reads the flags of `RunConfig.placement`, first
 `--distribution`:
@@ -23,7 +24,8 @@ import os
 import keras
 
 from keras_largebatch import distribute
-from keras_largebatch.train.run import processes
+from keras_largebatch.train.run.processes import jax_cluster
+from keras_largebatch.train.run.processes import torch_cluster
 
 @dataclasses.dataclass(frozen=True)
 class Devices:
@@ -88,7 +90,7 @@ def _distribution(placement):
         return None, 1, True, 0
     _require_backend("jax", "`distribution=data_parallel` needs the JAX "
                      "backend (keras.distribution) or torch (torchrun)")
-    index, _ = processes.initialize(placement.collective_timeout_seconds)
+    index, _ = jax_cluster.initialize(placement.collective_timeout_seconds)
     devices = keras.distribution.list_devices()
     keras.distribution.set_distribution(keras.distribution.DataParallel(
         devices=devices, auto_shard_dataset=False))
@@ -107,7 +109,7 @@ def _torch_processes(placement):
             f"Keras {installed} is installed: use the JAX backend, or "
             f"Keras >= 3.16. Received: distribution=data_parallel, "
             f"backend=torch, keras={installed}")
-    if processes.torch_cluster() is None:
+    if torch_cluster.cluster() is None:
         raise ValueError(
             "`distribution=data_parallel` on the torch backend runs under "
             "torchrun (`torchrun --nproc_per_node=N -m "
@@ -115,7 +117,7 @@ def _torch_processes(placement):
             "WORLD_SIZE; use --distribution=none for one process. "
             "Received: WORLD_SIZE=None")
     gpu = keras.distribution.list_devices()[0].startswith("gpu")
-    rank, count = processes.initialize_torch(
+    rank, count = torch_cluster.initialize_torch(
         gpu, placement.collective_timeout_seconds)
     return Devices(None, count, rank == 0, rank, 1, rank, count)
 
@@ -160,3 +162,20 @@ def _multi_worker_strategy(placement):
         workers_per_node=placement.workers_per_node or None,
         topk_density=placement.topk_density,
     )
+
+
+def barrier(backend, process_count):
+    """Returns once every process of the job has called it (at once alone):
+    after each has read `model_dir`, before the chief writes there, so
+    that no process takes the chief's new `run_config.json` (or a raise of
+    `--epochs` it records) for a run to resume."""
+    if process_count == 1:
+        return
+    if backend == "torch":
+        import torch
+
+        torch.distributed.barrier()
+    else:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("keras_largebatch model_dir")

@@ -8,7 +8,7 @@ import pytest
 
 import keras_largebatch.train
 from keras_largebatch.train import config as flags
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import models
 from keras_largebatch.train import data
 from keras_largebatch.train.data import loaders
 from keras_largebatch.train.data import registry
@@ -105,7 +105,7 @@ def test_one_entry_adds_a_data_set_everywhere(with_tiny):
     spec = registry.load("tiny", registry.native_size("tiny"), channels=None)
     assert (spec.name, spec.num_train, spec.channels, spec.image_size) == (
         "tiny", 16, 1, 6)
-    assert recipe.image_size_for("resnet_cifar",
+    assert models.image_size_for("resnet_cifar",
                                  registry.native_size("tiny")) == 6
     assert registry.augment_policy("auto", "tiny") == "light"
     assert data.resolve_input_pipeline("grain", "tiny") == "grain"

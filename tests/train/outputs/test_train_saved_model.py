@@ -13,7 +13,7 @@ from keras_largebatch.train import PROG
 from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train.outputs import exported
 from keras_largebatch.train.run import driver as train_main
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import models
 from keras_largebatch.train.data import loaders
 
 # A fresh process that cannot import the package: final.keras on digits'
@@ -47,7 +47,7 @@ def _linear_model(model_name, image_size, num_classes, bn_momentum=None,
 
 def test_final_keras_scores_the_raw_digits_as_the_run_did_without_package(
         monkeypatch, tmp_path):
-    monkeypatch.setattr(recipe, "build_model", _linear_model)
+    monkeypatch.setattr(models, "build_model", _linear_model)
     model_dir = tmp_path / "run"
     assert train_main.main([
         PROG, f"--model_dir={model_dir}", "--global_batch_size=64",
@@ -78,7 +78,7 @@ def _uint8_spec(channels):
 def test_the_saved_model_does_the_pipelines_resize_channels_and_scaling(
         small, channels):
     spec, raw = _uint8_spec(channels)
-    model = recipe.build_model("alexnet_bn", 67, 10, channels=spec.channels)
+    model = models.build_model("alexnet_bn", 67, 10, channels=spec.channels)
     pipeline = (augment_numpy.resize(raw / 255.0, 67, spec.channels)
                 - 0.5) * 2.0
     wrapped = exported.exported(model, spec)
@@ -101,10 +101,10 @@ def test_a_saved_model_is_read_back_into_the_training_model(small,
                                                            tmp_path):
 
     spec, _ = _uint8_spec(3)
-    model = recipe.build_model("alexnet_bn", 67, 10)
+    model = models.build_model("alexnet_bn", 67, 10)
     path = str(tmp_path / "final.keras")
     exported.save_keras(model, spec, path)
-    other = recipe.build_model("alexnet_bn", 67, 10)
+    other = models.build_model("alexnet_bn", 67, 10)
     other.load_weights(path)  # What --mode=eval and a resume do.
     for a, b in zip(model.get_weights(), other.get_weights()):
         np.testing.assert_array_equal(a, b)

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import keras_largebatch
-from keras_largebatch.train import recipe
+from keras_largebatch.train.recipe import models
+from keras_largebatch.train.recipe import optimizers
+from keras_largebatch.train.recipe import rates
 from keras_largebatch.train.data import registry
 
 
@@ -23,7 +25,7 @@ def _alexnet_bn_params(size, classes):
 
 
 def test_alexnet_bn_at_its_minimum_input_has_the_expected_parameters():
-    model = recipe.build_model("alexnet_bn", 67, 10, bn_momentum=0.9)
+    model = models.build_model("alexnet_bn", 67, 10, bn_momentum=0.9)
     assert model.count_params() == _alexnet_bn_params(67, 10) == 20_214_538
     bns = [l for l in model.layers
            if isinstance(l, keras.layers.BatchNormalization)]
@@ -32,7 +34,7 @@ def test_alexnet_bn_at_its_minimum_input_has_the_expected_parameters():
 
 def test_unknown_model_names_the_argument():
     with pytest.raises(ValueError, match="`model`.*Received: model='vgg16'"):
-        recipe.build_model("vgg16", 32, 10)
+        models.build_model("vgg16", 32, 10)
 
 
 @pytest.mark.parametrize(
@@ -44,12 +46,12 @@ def test_unknown_model_names_the_argument():
 )
 def test_peak_learning_rate_scales_the_default_base_rate(
         optimizer, batch, scaling, expected):
-    peak = recipe.peak_learning_rate(optimizer, 0.0, batch, 256, scaling)
+    peak = rates.peak_learning_rate(optimizer, 0.0, batch, 256, scaling)
     assert peak == pytest.approx(expected)
 
 
 def test_schedule_warms_up_then_decays_to_the_end_rate():
-    lr = recipe.schedule(0.8, steps_per_epoch=10, epochs=5, warmup_epochs=1,
+    lr = rates.schedule(0.8, steps_per_epoch=10, epochs=5, warmup_epochs=1,
                          end_learning_rate=1e-4, power=2.0)
     assert (lr.warmup_steps, lr.decay_steps) == (10, 40)
     values = [float(lr(s)) for s in (0, 5, 10, 30, 50)]
@@ -61,7 +63,7 @@ def test_sgd_never_decays_biases_or_batch_norm():
     model = keras.Sequential([
         keras.Input((4,)), keras.layers.Dense(3),
         keras.layers.BatchNormalization(), keras.layers.Dense(2)])
-    opt = recipe.build_optimizer("sgd", 0.1, model, weight_decay=0.5)
+    opt = optimizers.build_optimizer("sgd", 0.1, model, weight_decay=0.5)
     # One step with zero gradients (Keras' public `apply`, which builds the
     # optimizer first, as Keras 3.16 requires): only decay moves a weight,
     # by lr * wd = 5% of its value. Every weight starts at 1, so a decayed
@@ -80,7 +82,7 @@ def test_sgd_never_decays_biases_or_batch_norm():
 
 def test_lars_mixed_gets_eta_and_weight_decay():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    opt = recipe.build_optimizer("lars_mixed", 0.1, model, eta=0.002,
+    opt = optimizers.build_optimizer("lars_mixed", 0.1, model, eta=0.002,
                                  weight_decay=1e-4)
     assert isinstance(opt, keras_largebatch.LARSMixed)
     config = opt.inner_optimizer.get_config()
@@ -92,10 +94,10 @@ def test_init_weights_of_another_architecture_is_rejected(tmp_path):
                               keras.layers.Conv2D(4, 3, name="conv1")])
     path = str(tmp_path / "other.weights.h5")
     other.save_weights(path)
-    model = recipe.build_model("alexnet_bn", 67, 10)
+    model = models.build_model("alexnet_bn", 67, 10)
     before = [w.copy() for w in model.get_weights()]
     with pytest.raises(ValueError, match="other.weights.h5"):
-        recipe.load_init_weights(model, path)
+        models.load_init_weights(model, path)
     for a, b in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
 
@@ -104,15 +106,15 @@ def test_init_weights_of_another_architecture_is_rejected(tmp_path):
 def test_init_weights_with_other_classes_loads_all_but_the_classifier(
         tmp_path, suffix):
     # .keras: another run's final.keras (a model without optimizer).
-    source = recipe.build_model("alexnet_bn", 67, 7)
+    source = models.build_model("alexnet_bn", 67, 7)
     path = str(tmp_path / f"source{suffix}")
     if suffix == ".keras":
         source.save(path)
     else:
         source.save_weights(path)
-    model = recipe.build_model("alexnet_bn", 67, 3)
+    model = models.build_model("alexnet_bn", 67, 3)
     head = model.get_layer("predictions").get_weights()[0].copy()
-    recipe.load_init_weights(model, path)
+    models.load_init_weights(model, path)
     np.testing.assert_array_equal(model.get_layer("fc7").get_weights()[0],
                                   source.get_layer("fc7").get_weights()[0])
     np.testing.assert_array_equal(
@@ -135,27 +137,27 @@ def test_mlperf_table_gives_peak_and_warmup_by_global_batch(
 @pytest.mark.parametrize("optimizer", ["lars", "lars_mixed"])
 def test_lars_defaults_follow_the_table_not_linear_scaling(optimizer):
     # Linear scaling from 2.0 per 256 would give 256 at 32K.
-    assert recipe.peak_learning_rate(optimizer, 0.0, 32_768) == 31.2
-    assert recipe.peak_learning_rate(optimizer, 0.0, 4096) == 10.0
-    assert recipe.warmup_epochs_for(optimizer, "auto", 65_536, 90) == (
+    assert rates.peak_learning_rate(optimizer, 0.0, 32_768) == 31.2
+    assert rates.peak_learning_rate(optimizer, 0.0, 4096) == 10.0
+    assert rates.warmup_epochs_for(optimizer, "auto", 65_536, 90) == (
         pytest.approx(25.0))
-    assert recipe.warmup_epochs_for(optimizer, "auto", 4096, 8) == (
+    assert rates.warmup_epochs_for(optimizer, "auto", 4096, 8) == (
         pytest.approx(8 * 5 / 42))
 
 
 def test_sgd_default_is_goyals_linear_rule_and_warmup():
-    assert recipe.lr_rule("sgd") == "linear"
-    assert recipe.peak_learning_rate("sgd", 0.0, 4096) == pytest.approx(1.6)
-    assert recipe.warmup_epochs_for("sgd", "auto", 4096, 90) == (
+    assert rates.lr_rule("sgd") == "linear"
+    assert rates.peak_learning_rate("sgd", 0.0, 4096) == pytest.approx(1.6)
+    assert rates.warmup_epochs_for("sgd", "auto", 4096, 90) == (
         pytest.approx(5.0))
-    assert recipe.warmup_epochs_for("sgd", "auto", 4096, 8, 2.0) == 2.0
+    assert rates.warmup_epochs_for("sgd", "auto", 4096, 8, 2.0) == 2.0
 
 
 def test_mlperf_rule_refuses_sgd_and_an_unused_base_rate():
     with pytest.raises(ValueError, match="optimizer=sgd"):
-        recipe.peak_learning_rate("sgd", 0.0, 4096, scaling="mlperf")
+        rates.peak_learning_rate("sgd", 0.0, 4096, scaling="mlperf")
     with pytest.raises(ValueError, match="Received: base_learning_rate=3.0"):
-        recipe.peak_learning_rate("lars", 3.0, 4096, scaling="mlperf")
+        rates.peak_learning_rate("lars", 3.0, 4096, scaling="mlperf")
 
 
 @pytest.mark.parametrize("batch", [0, -4, 1.5, "4096"])
@@ -167,7 +169,7 @@ def test_mlperf_rate_rejects_a_bad_batch(batch):
 @pytest.mark.parametrize("name", ["sgd", "lars", "lars_mixed"])
 def test_gradient_accumulation_reaches_the_optimizer(name):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    opt = recipe.build_optimizer(name, 0.1, model,
+    opt = optimizers.build_optimizer(name, 0.1, model,
                                  gradient_accumulation_steps=4)
     inner = getattr(opt, "inner_optimizer", opt)
     assert inner.gradient_accumulation_steps == 4
@@ -176,11 +178,11 @@ def test_gradient_accumulation_reaches_the_optimizer(name):
 def test_resnet_cifar_keeps_the_data_size_and_channels():
     fashion, synthetic = (registry.native_size(name)
                           for name in ("fashion_mnist", "synthetic"))
-    assert recipe.image_size_for("resnet_cifar", fashion) == 28
-    assert recipe.image_size_for("resnet_cifar", synthetic) == 32
-    assert recipe.image_size_for("resnet50", fashion) == 32
-    assert recipe.input_channels("resnet_cifar") is None
-    model = recipe.build_model("resnet_cifar", 28, 10, 0.9, channels=1,
+    assert models.image_size_for("resnet_cifar", fashion) == 28
+    assert models.image_size_for("resnet_cifar", synthetic) == 32
+    assert models.image_size_for("resnet50", fashion) == 32
+    assert models.input_channels("resnet_cifar") is None
+    model = models.build_model("resnet_cifar", 28, 10, 0.9, channels=1,
                                depth=8, width=4)
     assert model.input_shape == (None, 28, 28, 1)
 
@@ -189,11 +191,11 @@ def test_resnet_cifar_keeps_the_data_size_and_channels():
                                       ("lamb_mixed", "LAMBMixed")])
 def test_lamb_optimizers_are_built_with_sqrt_scaling(name, cls):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    opt = recipe.build_optimizer(name, 0.01, model, weight_decay=1e-4)
+    opt = optimizers.build_optimizer(name, 0.01, model, weight_decay=1e-4)
     assert isinstance(opt, getattr(keras_largebatch, cls))
     inner = getattr(opt, "inner_optimizer", opt)
     assert inner.get_config()["weight_decay"] == 1e-4
-    assert recipe.lr_rule(name) == "sqrt"
-    assert recipe.peak_learning_rate(name, 0.0, 1024) == pytest.approx(0.004)
+    assert rates.lr_rule(name) == "sqrt"
+    assert rates.peak_learning_rate(name, 0.0, 1024) == pytest.approx(0.004)
     with pytest.raises(ValueError, match="optimizer=" + name):
-        recipe.peak_learning_rate(name, 0.0, 1024, scaling="mlperf")
+        rates.peak_learning_rate(name, 0.0, 1024, scaling="mlperf")

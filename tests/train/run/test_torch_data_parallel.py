@@ -22,7 +22,7 @@ import pytest
 
 from keras_largebatch.distribute import localhost
 from keras_largebatch.train.run import placement
-from keras_largebatch.train.run import processes
+from keras_largebatch.train.run.processes import torch_cluster
 
 # The command scripts live in tests/train.
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,10 +97,10 @@ def test_torchrun_variables_give_rank_world_size_and_local_rank(
         monkeypatch):
     for name in TORCHRUN:
         monkeypatch.delenv(name, raising=False)
-    assert processes.torch_cluster() is None  # Not under torchrun.
+    assert torch_cluster.cluster() is None  # Not under torchrun.
     for name, value in TORCHRUN.items():
         monkeypatch.setenv(name, value)
-    assert processes.torch_cluster() == (1, 2, 1)
+    assert torch_cluster.cluster() == (1, 2, 1)
 
 
 @pytest.mark.parametrize("name, value, message", [
@@ -116,7 +116,7 @@ def test_bad_torchrun_variable_is_named(name, value, message, monkeypatch):
         else:
             monkeypatch.setenv(variable, setting)
     with pytest.raises(ValueError, match=re.escape(message)):
-        processes.torch_cluster()
+        torch_cluster.cluster()
 
 
 def _refusal(tmp_path):

@@ -89,20 +89,3 @@ def join_error(timeout_seconds=0):
             f"{int(timeout_seconds) or 300} s: start every process, the "
             f"coordinator (KERAS_DISTRIBUTION_PROCESS_ID=0) listening there. "
             f"Received: KERAS_DISTRIBUTION_JOB_ADDRESSES={coordinator!r}")
-
-
-def barrier(backend, process_count):
-    """Returns once every process of the job has called it (at once alone):
-    after each has read `model_dir`, before the chief writes there, so
-    that no process takes the chief's new `run_config.json` (or a raise of
-    `--epochs` it records) for a run to resume."""
-    if process_count == 1:
-        return
-    if backend == "torch":
-        import torch
-
-        torch.distributed.barrier()
-    else:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("keras_largebatch model_dir")

@@ -17,7 +17,7 @@ from keras_largebatch._shared import require
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def torch_cluster():
+def cluster():
     """(rank, world size, local rank) from `torchrun`'s variables; None
     when `WORLD_SIZE` is unset. Raises `ValueError` naming a bad one."""
     raw = {name: os.environ.get(name) for name in TORCHRUN}
@@ -41,10 +41,10 @@ def torch_cluster():
 
 
 def initialize_torch(gpu, timeout_seconds=0):
-    """Joins the torch process group of `torch_cluster()` (NCCL where `gpu`,
+    """Joins the torch process group of `cluster()` (NCCL where `gpu`,
     else gloo); returns (rank, world size). A world of one process starts
     no group."""
-    rank, count, local_rank = torch_cluster()
+    rank, count, local_rank = cluster()
     if count == 1:
         return 0, 1
     import datetime

@@ -6,7 +6,7 @@ import keras
 
 import keras_largebatch
 from keras_largebatch._shared import require
-from keras_largebatch.train.recipe.rate import DEFAULT_BASE_LR
+from keras_largebatch.train.recipe.rates import DEFAULT_BASE_LR
 
 
 def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,
