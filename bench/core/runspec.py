@@ -90,7 +90,7 @@ def command_line(spec, work_dir, data_dir=""):
 def train_command(argv):
     """The process command line of `keras-largebatch-train argv`."""
     return [sys.executable, "-c",
-            "from keras_largebatch.train.run.driver import run; run()", *argv]
+            "from keras_largebatch.train.cli import run; run()", *argv]
 
 
 def process_command(spec, work_dir, data_dir=""):

@@ -206,7 +206,7 @@ def _subprocess(args, extra_env=None, timeout=600):
     env.pop("TF_CONFIG", None)
     return subprocess.run(
         [sys.executable, "-c",
-         "from keras_largebatch.train.run.driver import run; run()", *args],
+         "from keras_largebatch.train.cli import run; run()", *args],
         env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -302,7 +302,7 @@ def test_two_workers_with_topk_keep_their_residuals_across_a_resume(tmp_path):
 
     def job(epochs):
         command = [sys.executable, "-c",
-                   "from keras_largebatch.train.run.driver import run; run()",
+                   "from keras_largebatch.train.cli import run; run()",
                    "--distribution=multi_worker", "--compression=topk",
                    "--topk_density=0.05", "--collective_timeout_seconds=120",
                    *TINY, f"--epochs={epochs}",
