@@ -40,7 +40,7 @@ def lr_rule(optimizer, scaling="auto"):
 
 def check_lr_rule(optimizer, base_learning_rate, scaling="auto"):
     """Refuses `mlperf` for other optimizers than LARS, and a base rate it
-    would not use (a rule of the flag table, `flags.RULES`)."""
+    would not use (a rule of the flag table, `config.rules.RULES`)."""
     if lr_rule(optimizer, scaling) != "mlperf":
         return
     if optimizer not in ("lars", "lars_mixed"):
