@@ -25,8 +25,9 @@ Nothing is written before every input has been checked; each file is
 written to a temporary name in the same folder and renamed over the old
 one, so a failed run never leaves a half-written file.
 
-`files` writes the JSON files and reads history.csv back, `callbacks`
-report the run while it trains, `exported` writes every `.keras` file
-(`save_keras`), `report` writes run_config.json, summary.json and the
-closing line around `fit`.
+`files` reads history.csv back and draws learning_curves.png,
+`callbacks` report the run while it trains, `exported` writes every
+`.keras` file (`save_keras`), `report` writes run_config.json,
+summary.json and the closing line around `fit` (every JSON file through
+`_shared.write_json`).
 """
