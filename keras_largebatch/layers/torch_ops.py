@@ -103,7 +103,14 @@ def like(y, x, axis):
 def update_moving(variable, batch, momentum):
     """`variable = variable * momentum + batch * (1 - momentum)`, in place
     in one `lerp_` (Keras' `_direct_assign` also writes in place, under
-    `no_grad`); through `variable.assign` in a stateless scope."""
+    `no_grad`); through `variable.assign` in a stateless scope.
+
+    Eagerly, `native_batch_norm` gives float32 statistics for a float16 or
+    bfloat16 input; under `torch.compile` its fake kernel gives them in the
+    input's dtype, cast here (a cast only where the dtypes differ, so that
+    the eager step launches none)."""
+    if batch.dtype != variable.value.dtype:
+        batch = batch.to(variable.value.dtype)
     if in_stateless_scope():
         variable.assign(torch.lerp(variable.value, batch, 1.0 - momentum))
         return
