@@ -1,8 +1,8 @@
 """ResNet-50 v1 / v1.5, weight-compatible with `keras.applications.ResNet50`.
 
 Layer names, layer classes (`keras_largebatch.layers`' Conv2D,
-BatchNormalization and MaxPooling2D are Keras' under the same names, fast
-on torch), their order and all weight shapes are those of
+BatchNormalization, MaxPooling2D, Activation and Add are Keras' under the
+same names, fast on torch), their order and all weight shapes are those of
 `keras.applications.ResNet50`, so Keras' official ImageNet files and any
 `.weights.h5` saved from `keras.applications.ResNet50` load unchanged.
 
@@ -25,6 +25,8 @@ import keras
 from keras.applications import imagenet_utils
 
 from keras_largebatch._shared import require
+from keras_largebatch.layers import Activation
+from keras_largebatch.layers import Add
 from keras_largebatch.layers import BatchNormalization
 from keras_largebatch.layers import Conv2D
 from keras_largebatch.layers import MaxPooling2D
@@ -71,7 +73,7 @@ def _block(x, filters, stride, conv_shortcut, variant, zero_init, bias, name):
     x = Conv2D(
         filters, 1, strides=stride1, use_bias=bias, name=f"{name}_1_conv"
     )(x)
-    x = keras.layers.Activation("relu", name=f"{name}_1_relu")(bn(x, "1"))
+    x = Activation("relu", name=f"{name}_1_relu")(bn(x, "1"))
     x = Conv2D(
         filters,
         3,
@@ -80,13 +82,13 @@ def _block(x, filters, stride, conv_shortcut, variant, zero_init, bias, name):
         use_bias=bias,
         name=f"{name}_2_conv",
     )(x)
-    x = keras.layers.Activation("relu", name=f"{name}_2_relu")(bn(x, "2"))
+    x = Activation("relu", name=f"{name}_2_relu")(bn(x, "2"))
     x = Conv2D(
         4 * filters, 1, use_bias=bias, name=f"{name}_3_conv"
     )(x)
     x = bn(x, "3", gamma="zeros" if zero_init else "ones")
-    x = keras.layers.Add(name=f"{name}_add")([shortcut, x])
-    return keras.layers.Activation("relu", name=f"{name}_out")(x)
+    x = Add(name=f"{name}_add")([shortcut, x])
+    return Activation("relu", name=f"{name}_out")(x)
 
 
 def ResNet50(
@@ -146,7 +148,7 @@ def ResNet50(
     x = BatchNormalization(
         axis=axis, epsilon=1.001e-5, name="conv1_bn"
     )(x)
-    x = keras.layers.Activation("relu", name="conv1_relu")(x)
+    x = Activation("relu", name="conv1_relu")(x)
     x = keras.layers.ZeroPadding2D(1, name="pool1_pad")(x)
     x = MaxPooling2D(3, strides=2, name="pool1_pool")(x)
     for stage, (filters, blocks, stride) in enumerate(

@@ -28,6 +28,8 @@ from keras import ops
 
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import require
+from keras_largebatch.layers import Activation
+from keras_largebatch.layers import Add
 from keras_largebatch.layers import BatchNormalization
 from keras_largebatch.layers import Conv2D
 from keras_largebatch.layers import MaxPooling2D
@@ -79,9 +81,9 @@ def _block(x, filters, stride, name):
         x = BatchNormalization(
             axis=axis, epsilon=1e-5, name=f"{name}_{i}_bn")(x)
         if i == 1:
-            x = keras.layers.Activation("relu", name=f"{name}_1_relu")(x)
-    x = keras.layers.Add(name=f"{name}_add")([shortcut, x])
-    return keras.layers.Activation("relu", name=f"{name}_out")(x)
+            x = Activation("relu", name=f"{name}_1_relu")(x)
+    x = Add(name=f"{name}_add")([shortcut, x])
+    return Activation("relu", name=f"{name}_out")(x)
 
 
 def ResNetCIFAR(
@@ -132,7 +134,7 @@ def ResNetCIFAR(
         kernel_initializer="he_normal", name="conv1_conv")(x)
     x = BatchNormalization(
         axis=common.bn_axis(), epsilon=1e-5, name="conv1_bn")(x)
-    x = keras.layers.Activation("relu", name="conv1_relu")(x)
+    x = Activation("relu", name="conv1_relu")(x)
     for stage in range(3):
         for i in range(n):
             x = _block(x, width * 2**stage, 2 if stage and not i else 1,

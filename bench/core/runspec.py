@@ -40,10 +40,8 @@ WORKLOADS = {
 }
 KEY_FIELDS = ("part", "model", "workload", "kind", "phase", "optimizer",
               "epochs", "batch", "rate", "seed", "variant", "epoch_at",
-              "steps", "run_backend", "setup", "kill", "fault")
-KEY_FIELDS = ("part", "model", "workload", "kind", "phase", "optimizer",
-              "epochs", "batch", "rate", "seed", "variant", "epoch_at",
-              "steps", "run_backend", "setup", "kill", "fault")
+              "steps", "run_backend", "setup", "kill", "fault",
+              "jit_compile")
 
 
 def run_key(spec):

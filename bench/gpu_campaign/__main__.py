@@ -66,7 +66,8 @@ def parse_args(argv=None):
                         "(default: all), e.g. torch|keras|lars_mixed")
     p.add_argument("--compiled_seconds", type=float,
                    default=gpu_plan.COMPILED_SECONDS,
-                   help="the most each item of part compiled may take, "
+                   help="the most each item of part compiled (and part "
+                        "layers' compiled one) may take, "
                         "torch.compile of ResNet-50 included (then it is "
                         "recorded as failed)")
     p.add_argument("--eigen", default="",
@@ -189,7 +190,7 @@ def part_specs(part, args):
         if part == "a" and picked and "|".join(
                 (s["run_backend"], s["model"], s["optimizer"])) not in picked:
             continue
-        if part == "compiled":
+        if part == "compiled" or "limit_seconds" in s:
             s = dict(s, limit_seconds=args.compiled_seconds)
         if part == "cuda":
             s = dict(s, eigen=eigen(args), out=args.out + "_cuda.txt")

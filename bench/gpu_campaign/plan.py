@@ -1,4 +1,5 @@
-"""The GPU check's plan, in one place: its parts compiled, a, b and cuda as
+"""The GPU check's plan, in one place: its parts layers, compiled, a, b and
+cuda as
 task specs of bench's process pool (`bench/core/pool.py`), each `python -m
 bench.gpu_campaign.tasks SPEC` on its backend, run one at a time by `python
 -m bench.gpu_campaign` into its record: the plans `GPU_CHECK` and
@@ -10,7 +11,15 @@ targets: bench/README.md.
 from bench.core.plan import Plan
 
 TASKS = "bench.gpu_campaign.tasks"
-PARTS = ("compiled", "a", "b", "cuda")
+PARTS = ("layers", "compiled", "a", "b", "cuda")
+# Part layers, first (issue #59): ResNet-50 of `keras_largebatch.layers`
+# ("v1", `keras_largebatch.applications.ResNet50`) with LARSMixed at part
+# a's settings, `fit` images/s on torch eager, torch compiled
+# (`jit_compile=True`) and JAX; (backend, model, optimizer, jit_compile as
+# `model.compile` takes it).
+LAYERS_ITEMS = (("torch", "v1", "lars_mixed", "auto"),
+                ("torch", "v1", "lars_mixed", True),
+                ("jax", "v1", "lars_mixed", "auto"))
 # Part a, (backend, model, optimizer), in order of value: the optimizer
 # ratios on both backends, our models on JAX, then the rest. The
 # optimizers: `OPTIMIZERS` in `bench/gpu_campaign/tasks.py`.
@@ -35,6 +44,8 @@ COMPILED_ITEMS = (("torch", "keras", "lso_sgd"),
 COMPILED_SECONDS = 400
 CUDA_ARCH = "sm_90"
 
+SMOKE_LAYERS = tuple((backend, "cifar8", optimizer, jit_compile)
+                     for backend, _, optimizer, jit_compile in LAYERS_ITEMS)
 SMOKE_A = (("jax", "keras", "lso_sgd"), ("torch", "keras", "lso_sgd"),
            ("torch", "keras", "lars_mixed"), ("torch", "v1", "lamb_mixed"))
 # torch.compile of a ResNet-50 takes minutes on a CPU: the smoke compiles
@@ -46,9 +57,16 @@ SMOKE_B_SETTINGS = dict(steps=2, optimizers=["LSO(SGD)", "LARSMixed"])
 
 
 def specs(smoke=False):
-    """The check's tasks in order of value (compiled, a, b, cuda); the
-    smoke's (`smoke`): tiny sizes, on a CPU, through the same code."""
+    """The check's tasks in order of value (layers, compiled, a, b, cuda);
+    the smoke's (`smoke`): tiny sizes, on a CPU, through the same code."""
     a_settings = SMOKE_A_SETTINGS if smoke else A_SETTINGS
+    layers = [dict(part="layers", module=TASKS, run_backend=backend,
+                   model=model, optimizer=optimizer, settings=a_settings,
+                   smoke=smoke, jit_compile=jit_compile,
+                   **(dict(limit_seconds=COMPILED_SECONDS)
+                      if jit_compile is True else {}))
+              for backend, model, optimizer, jit_compile in (
+                  SMOKE_LAYERS if smoke else LAYERS_ITEMS)]
 
     def a(part, items, **extra):
         return [dict(part=part, module=TASKS, run_backend=backend,
@@ -57,7 +75,8 @@ def specs(smoke=False):
                 for backend, model, optimizer in items]
 
     return tuple(
-        a("compiled", SMOKE_COMPILED if smoke else COMPILED_ITEMS,
+        layers
+        + a("compiled", SMOKE_COMPILED if smoke else COMPILED_ITEMS,
           limit_seconds=COMPILED_SECONDS)
         + a("a", SMOKE_A if smoke else A_ITEMS)
         + [dict(part="b", module=TASKS, run_backend=backend,
@@ -67,7 +86,8 @@ def specs(smoke=False):
 
 
 GPU_CHECK = Plan("gpu_check", "gpu_campaign",
-                 "The GPU check's parts compiled, a, b and cuda", specs())
+                 "The GPU check's parts layers, compiled, a, b and cuda",
+                 specs())
 GPU_SMOKE = Plan("gpu_smoke", "gpu_campaign_smoke",
                  "The GPU check's smoke: its tasks at tiny sizes",
                  specs(smoke=True))

@@ -6,16 +6,17 @@ each part's numbers against its targets."""
 def by_part(record):
     """The record's tasks by part: {part: {"settings", "results": {name:
     result}, "failed": {name: {"error", "finished"}}}}, a task named
-    'backend|model|optimizer' (part compiled's with '|compiled'; part b's:
-    its backend), a result with the `seconds` it took and when it
+    'backend|model|optimizer' (part compiled's, and part layers' with
+    `jit_compile=True`, with '|compiled'; part b's: its backend), a result with the `seconds` it took and when it
     `finished`, in the order they ended."""
     parts = {}
     for r in record.get("runs", []) + record.get("failed", []):
         part = parts.setdefault(r["part"], dict(
             settings=r.get("settings"), results={}, failed={}))
         name = "|".join(r[k] for k in ("run_backend", "model", "optimizer")
-                        if k in r) + ("|compiled" if r["part"] == "compiled"
-                                      else "")
+                        if k in r) + (
+            "|compiled" if r["part"] == "compiled"
+            or r.get("jit_compile") is True else "")
         if "error" in r:
             part["failed"][name] = dict(error=r["error"],
                                         finished=r["finished"])
@@ -43,6 +44,8 @@ def markdown(record):
             f"{s['gpu'] or 'none'} | {s['host']} | {s['python']} | "
             f"{versions} | {', '.join(s['finished']) or '–'}"
             f"{missing} | `{s['command']}` |")
+    if "layers" in parts:
+        lines += _layers(parts["layers"])
     a = parts.get("a")
     if a:
         s = a["settings"]
@@ -115,6 +118,38 @@ def markdown(record):
                   f"`{c['record']}.json`; complete: {c['complete']})", ""]
         lines += [f"- {line}" for line in c["lines"]]
     return "\n".join(lines) + "\n"
+
+
+def _layers(layers):
+    """Part layers' section: ResNet-50 of keras_largebatch.layers with
+    LARSMixed, images/s on torch eager and compiled against JAX, and the
+    issue's target (torch >= 0.7x JAX, on the same GPU)."""
+    s = layers["settings"]
+    lines = ["", "## layers. keras_largebatch.layers on torch against JAX "
+             "(issue #59)", "",
+             f"ResNet-50 of keras_largebatch.applications (v1) with "
+             f"LARSMixed, {s['size']}x{s['size']}, batch {s['batch']}, "
+             f"{s['precision']}, `fit` on one synthetic batch, median of "
+             f"{s['steps']} steps after {s['warmup']}.", "",
+             "| item | device | first step s | images/s | vs JAX |",
+             "|---|---|---|---|---|"]
+    results = layers.get("results", {})
+    jax = next((r for k, r in results.items() if k.startswith("jax|")),
+               None)
+    for key, r in results.items():
+        lines.append(
+            f"| {key} | {r['device']} | {_number(r.get('first_step_s'))} | "
+            f"{r['images_per_s']:,.1f} | {_number(_ratio(r, jax), 3)} |")
+    for key, r in layers.get("failed", {}).items():
+        lines.append(f"| {key} | – | – | failed: "
+                     f"{r['error'].strip().splitlines()[-1][:200]} | – |")
+    lines += ["", "Targets (a JAX ratio only where both ran on the same "
+              "GPU):"]
+    for name, key in (("eager", "torch|v1|lars_mixed"),
+                      ("compiled", "torch|v1|lars_mixed|compiled")):
+        lines.append(_target(f"torch {name} / JAX >= 0.7",
+                             _ratio(results.get(key), jax), 0.7))
+    return lines
 
 
 def _cuda(cuda):

@@ -1,7 +1,7 @@
 """The GPU check's tasks, each in a process of its own that the runner
 starts (`bench/core/pool.py`): `python -m bench.gpu_campaign.tasks SPEC`
 runs a spec of `bench/gpu_campaign/plan.py` on its backend (Keras fixes it at
-import) and prints `RESULT <json>`. Parts a, compiled and b exit
+import) and prints `RESULT <json>`. Parts layers, a, compiled and b exit
 `pool.NO_GPU` instead where the device is a CPU and the spec is not the
 smoke's; part cuda builds and runs the fusion kernels' device test, and
 fails where it does.
@@ -26,8 +26,9 @@ OPTIMIZERS = {
 
 
 def train_images_per_s(spec):
-    """Parts a and compiled: a model's training images/s with an optimizer
-    (compiled: the step Keras compiles with `jit_compile=True`)."""
+    """Parts layers, a and compiled: a model's training images/s with an
+    optimizer (part compiled: the step Keras compiles with
+    `jit_compile=True`; part layers: the spec's `jit_compile`)."""
     import keras
 
     from bench.micro import applications as apps
@@ -41,7 +42,8 @@ def train_images_per_s(spec):
     optimizer = optimizer_step.optimizers()[name]()
     result = apps.fit_images_per_s(
         model, optimizer, s["batch"], s["size"], s["steps"], s["warmup"],
-        jit_compile=True if spec["part"] == "compiled" else "auto")
+        jit_compile=True if spec["part"] == "compiled" else spec.get(
+            "jit_compile", "auto"))
     keras.config.set_dtype_policy("float32")
     return dict(result, model=apps.LABELS[spec["model"]], optimizer=label)
 

@@ -266,7 +266,7 @@ def main():
             sys.argv[1:]),
         "keras": keras.__version__,
         "torch": provenance.version("torch"),
-        "args": vars(args),
+        "args": dict(vars(args), out=os.path.relpath(args.out, bench.ROOT)),
         "labels": LABELS,
         "results": rows,
     }

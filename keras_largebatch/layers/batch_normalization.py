@@ -26,8 +26,11 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     and in inference one `batch_norm` with the moving statistics. For an
     NHWC input with `axis=-1`, `x.movedim(-1, 1)` is a channels_last view,
-    which the kernel takes without a copy. The moving statistics are written
-    with `Variable.assign`, so `stateless_call` and `torch.compile` see the
+    which the kernel takes without a copy (a contiguous one goes in as the
+    2-D view `x.view(-1, channels)`, the same kernel). The moving statistics
+    are written in place, one `lerp_` each, as Keras' own
+    `Variable.assign` writes them outside a stateless scope, and through
+    `assign` inside one, so `stateless_call` and `torch.compile` see the
     update; the statistics and the normalization are computed in float32
     for float16 and bfloat16 inputs (torch's mixed-type kernel), as Keras
     computes them. Keras 3.15 instead computes the moments and then five
@@ -55,16 +58,12 @@ class BatchNormalization(keras.layers.BatchNormalization):
             return super().call(inputs, training=training, mask=mask)
         gamma = self.gamma.value if self.scale else None
         beta = self.beta.value if self.center else None
-        moving_mean = self.moving_mean.value
-        moving_variance = self.moving_variance.value
         if training and self.trainable:
             outputs, mean, variance = ops.batch_norm_train(
                 inputs, self.axis, gamma, beta, self.epsilon)
-            self.moving_mean.assign(
-                ops.moving_average(moving_mean, mean, self.momentum))
-            self.moving_variance.assign(
-                ops.moving_average(moving_variance, variance, self.momentum))
+            ops.update_moving(self.moving_mean, mean, self.momentum)
+            ops.update_moving(self.moving_variance, variance, self.momentum)
             return outputs
-        return ops.batch_norm_infer(inputs, self.axis, moving_mean,
-                                    moving_variance, gamma, beta,
+        return ops.batch_norm_infer(inputs, self.axis, self.moving_mean.value,
+                                    self.moving_variance.value, gamma, beta,
                                     self.epsilon)

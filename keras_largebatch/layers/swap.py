@@ -10,8 +10,10 @@ uncompiled model that computes what `model` computes.
 import keras
 
 from keras_largebatch.api_export import keras_largebatch_export
+from keras_largebatch.layers.activation import Activation
 from keras_largebatch.layers.batch_normalization import BatchNormalization
 from keras_largebatch.layers.conv import Conv2D
+from keras_largebatch.layers.merging import Add
 from keras_largebatch.layers.pooling import MaxPooling2D
 
 # (Keras' class, the package's): swapped by exact class, so that another
@@ -20,13 +22,16 @@ PAIRS = (
     (keras.layers.Conv2D, Conv2D),
     (keras.layers.BatchNormalization, BatchNormalization),
     (keras.layers.MaxPooling2D, MaxPooling2D),
+    (keras.layers.Activation, Activation),
+    (keras.layers.Add, Add),
 )
 
 
 @keras_largebatch_export("keras_largebatch.layers.swap_in")
 def swap_in(model):
     """`model` with `keras_largebatch.layers` in place of Keras' `Conv2D`,
-    `BatchNormalization` and `MaxPooling2D`, weights copied.
+    `BatchNormalization`, `MaxPooling2D`, `Activation` and `Add`, weights
+    copied.
 
     Changes only what runs on the torch backend (torch's kernels on
     channels_last views); on JAX and TensorFlow the layers are Keras' own.
@@ -42,8 +47,9 @@ def swap_in(model):
 
 @keras_largebatch_export("keras_largebatch.layers.to_stock")
 def to_stock(model):
-    """`model` with Keras' own `Conv2D`, `BatchNormalization` and
-    `MaxPooling2D` in place of `keras_largebatch.layers`', weights copied:
+    """`model` with Keras' own `Conv2D`, `BatchNormalization`,
+    `MaxPooling2D`, `Activation` and `Add` in place of
+    `keras_largebatch.layers`', weights copied:
     a `.keras` file saved from it names only Keras' classes for these
     layers, and loads where keras_largebatch is not installed.
 

@@ -8,11 +8,19 @@ views. Keras 3.15's torch backend instead copies every activation into
 NCHW, back into channels_last, and computes batch norm in five elementwise
 ops after separately computed moments.
 
-Imported only on the torch backend (`backend.torch_ops`).
+Each op here is counted: a Python scalar in a binary op costs torch four
+more ops (a wrapped tensor and its cast), so scalars enter as an op's own
+argument (`lerp`'s weight) or as one `scalar_tensor`.
+
+Imported only on the torch backend (`fast_path.TORCH_OPS`).
 """
 
 import torch
 import torch.nn.functional as F
+# Keras' own test for a stateless scope (`stateless_call`, symbolic
+# builds), where a variable's new value must go through `assign`; Keras
+# exports no public one. Pinned by tests/layers/test_layers_torch.py.
+from keras.src.backend.common.stateless_scope import in_stateless_scope
 
 
 def same_padding(size, kernel, stride, dilation=1):
@@ -43,8 +51,8 @@ def conv2d(x, kernel, bias, strides, padding, dilation, groups):
             x = F.pad(x, (0, 0, left, right, top, bottom))
     # The layout the convolution wants for a channels_last input; converted
     # here, the backward pass reuses it instead of converting again.
-    weight = kernel.permute(3, 2, 0, 1).contiguous(
-        memory_format=torch.channels_last)
+    weight = torch.clone(kernel.permute(3, 2, 0, 1),
+                         memory_format=torch.channels_last)
     y = F.conv2d(x.permute(0, 3, 1, 2), weight, bias, tuple(strides), pad,
                  tuple(dilation), groups)
     return y.permute(0, 2, 3, 1)
@@ -56,36 +64,58 @@ def batch_norm_train(x, axis, gamma, beta, epsilon):
     as Keras') and recovered from the inverse standard deviation
     `native_batch_norm` returns, `1 / invstd**2 - epsilon` (exact to float32
     rounding of `variance + epsilon`)."""
-    perm = channels_second(x.ndim, axis)
     y, mean, invstd = torch.native_batch_norm(
-        x.permute(perm), gamma, beta, None, None, True, 0.0, epsilon)
-    variance = torch.reciprocal(invstd * invstd).sub_(epsilon)
-    return y.permute(inverse(perm)), mean, variance
+        channels_second(x, axis), gamma, beta, None, None, True, 0.0,
+        epsilon)
+    variance = torch.reciprocal(invstd * invstd).sub_(
+        torch.scalar_tensor(epsilon, dtype=invstd.dtype))
+    return like(y, x, axis), mean, variance
 
 
 def batch_norm_infer(x, axis, mean, variance, gamma, beta, epsilon):
     """Batch norm with the given statistics, in one kernel."""
-    perm = channels_second(x.ndim, axis)
-    y = F.batch_norm(x.permute(perm), mean, variance, gamma, beta, False,
-                     0.0, epsilon)
-    return y.permute(inverse(perm))
+    y = F.batch_norm(channels_second(x, axis), mean, variance, gamma, beta,
+                     False, 0.0, epsilon)
+    return like(y, x, axis)
 
 
-def channels_second(ndim, axis):
-    """The permutation that brings `axis` to 1, the others in order: for
-    NHWC and `axis=-1`, `(0, 3, 1, 2)`."""
-    axis %= ndim
-    rest = [i for i in range(ndim) if i != axis]
-    return (rest[0], axis, *rest[1:])
+def channels_second(x, axis):
+    """`x` with `axis` at 1, a view: `(-1, channels)` where `axis` is the
+    last and `x` contiguous (torch's batch norm takes this 2-D view in the
+    same channels_last kernel as a 4-D one, for one op fewer each way than
+    a permutation), else `x.permute` bringing `axis` to 1, the others in
+    order."""
+    axis %= x.ndim
+    if axis == x.ndim - 1 and x.is_contiguous():
+        return x.view(-1, x.shape[axis])
+    rest = [i for i in range(x.ndim) if i != axis]
+    return x.permute(rest[0], axis, *rest[1:])
 
 
-def inverse(perm):
-    return tuple(sorted(range(len(perm)), key=perm.__getitem__))
+def like(y, x, axis):
+    """`channels_second(x, axis)`'s result `y` in `x`'s shape and order."""
+    axis %= x.ndim
+    if y.ndim != x.ndim:
+        return y.view(x.shape)
+    return y.movedim(1, axis)
 
 
-def moving_average(moving, batch, momentum):
-    """`moving * momentum + batch * (1 - momentum)`, in one op."""
-    return torch.lerp(batch, moving, momentum)
+def update_moving(variable, batch, momentum):
+    """`variable = variable * momentum + batch * (1 - momentum)`, in place
+    in one `lerp_` (Keras' `_direct_assign` also writes in place, under
+    `no_grad`); through `variable.assign` in a stateless scope.
+
+    Eagerly, `native_batch_norm` gives float32 statistics for a float16 or
+    bfloat16 input; under `torch.compile` its fake kernel gives them in the
+    input's dtype, cast here (a cast only where the dtypes differ, so that
+    the eager step launches none)."""
+    if batch.dtype != variable.value.dtype:
+        batch = batch.to(variable.value.dtype)
+    if in_stateless_scope():
+        variable.assign(torch.lerp(variable.value, batch, 1.0 - momentum))
+        return
+    with torch.no_grad():
+        variable.value.lerp_(batch, 1.0 - momentum)
 
 
 def max_pool2d(x, pool_size, strides, pad):
@@ -94,3 +124,16 @@ def max_pool2d(x, pool_size, strides, pad):
     y = F.max_pool2d(x.permute(0, 3, 1, 2), tuple(pool_size), tuple(strides),
                      tuple(pad))
     return y.permute(0, 2, 3, 1)
+
+
+def relu(x):
+    """`max(x, 0)`: Keras' `activations.relu` with its defaults."""
+    return torch.relu(x)
+
+
+def add_all(xs):
+    """`xs[0] + xs[1] + ...`, added left to right."""
+    y = xs[0]
+    for x in xs[1:]:
+        y = torch.add(y, x)
+    return y

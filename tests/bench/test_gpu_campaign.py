@@ -46,9 +46,10 @@ def test_smoke_campaign_fills_every_part(tmp_path):
     assert "campaign complete" in proc.stdout
 
     record = json.loads(out.with_suffix(".json").read_text())
-    # The compiled torch step comes first, before any eager torch item.
+    # The layers' part first, then the compiled torch step before any
+    # eager torch item of part a.
     assert record["smoke"] and record["sessions"][-1]["finished"] == [
-        "compiled", "a", "b", "cuda", "c"]
+        "layers", "compiled", "a", "b", "cuda", "c"]
     # Each task is the smoke plan's, recorded by the runner with its machine.
     planned = {runspec.run_key(s) for s in gpu_plan.GPU_SMOKE.specs}
     assert {runspec.run_key(r) for r in record["runs"]} == planned
@@ -115,11 +116,44 @@ def test_backend_not_installed_is_said_and_its_items_wait(
         dict(sessions=[session]))
 
 
+def test_the_layers_measurement_of_issue_59_comes_first_in_the_check(
+        campaign_module):
+    args = campaign_module.parse_args(["--out", "c", "--compiled_seconds",
+                                       "300"])
+    assert args.parts[0] == "layers"
+    first = gpu_plan.GPU_CHECK.specs[:3]
+    assert all(s["part"] == "layers" for s in first)
+    assert {(s["run_backend"], s["jit_compile"]) for s in first} == {
+        ("torch", "auto"), ("torch", True), ("jax", "auto")}
+    for s in first:
+        assert (s["model"], s["optimizer"]) == ("v1", "lars_mixed")
+        assert (s["settings"]["size"], s["settings"]["batch"],
+                s["settings"]["precision"]) == (224, 256, "mixed_float16")
+    assert len({runspec.run_key(s) for s in first}) == 3
+    specs = campaign_module.part_specs("layers", args)
+    assert [s.get("limit_seconds") for s in specs] == [None, 300, None]
+    # The smoke runs the same items at tiny sizes.
+    smoke = [s for s in gpu_plan.GPU_SMOKE.specs if s["part"] == "layers"]
+    assert [(s["run_backend"], s["jit_compile"]) for s in smoke] == [
+        (s["run_backend"], s["jit_compile"]) for s in first]
+
+
+def test_report_compares_the_layers_on_torch_with_jax():
+    runs = [_run("layers", "jax|v1|lars_mixed", 4000.0, "gpu: NVIDIA H200"),
+            _run("layers", "torch|v1|lars_mixed", 2000.0, "NVIDIA H200"),
+            dict(_run("layers", "torch|v1|lars_mixed", 3000.0, "NVIDIA H200",
+                      60.0), jit_compile=True)]
+    table = markdown(dict(runs=runs))
+    assert "| torch|v1|lars_mixed|compiled | NVIDIA H200 | 60.0 | 3,000.0 "         "| 0.750 |" in table
+    assert "- torch eager / JAX >= 0.7: 0.500, **not met**" in table
+    assert "- torch compiled / JAX >= 0.7: 0.750, **met**" in table
+
+
 def test_compiled_part_runs_first_with_a_time_limit_for_torch_compile(
         campaign_module):
     args = campaign_module.parse_args(["--out", "c", "--compiled_seconds",
                                        "300"])
-    assert args.parts[0] == "compiled"
+    assert args.parts.index("compiled") < args.parts.index("a")
     assert gpu_plan.COMPILED_SECONDS >= 300  # torch.compile of ResNet-50.
     specs = campaign_module.part_specs("compiled", args)
     assert specs and all(s["limit_seconds"] == 300 for s in specs)

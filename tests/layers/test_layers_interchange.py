@@ -18,14 +18,20 @@ PAIRS = [(layers.Conv2D, keras.layers.Conv2D,
           dict(filters=4, kernel_size=3, strides=2, padding="same")),
          (layers.BatchNormalization, keras.layers.BatchNormalization,
           dict(momentum=0.5)),
-         (layers.MaxPooling2D, keras.layers.MaxPooling2D, dict(pool_size=2))]
+         (layers.MaxPooling2D, keras.layers.MaxPooling2D, dict(pool_size=2)),
+         (layers.Activation, keras.layers.Activation,
+          dict(activation="relu")),
+         (layers.Add, keras.layers.Add, {})]
+OURS = tuple(p[0] for p in PAIRS)
+STOCK = tuple(p[1] for p in PAIRS)
 X = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
 
 
-def _model(conv, bn, pool):
+def _model(conv, bn, pool, activation, add):
     inputs = keras.Input((8, 8, 3))
     x = conv(4, 3, strides=2, padding="same", name="conv")(inputs)
-    x = bn(momentum=0.5, name="bn")(x)
+    y = bn(momentum=0.5, name="bn")(x)
+    x = add(name="add")([activation("relu", name="relu")(y), x])
     x = pool(2, name="pool")(x)
     x = keras.layers.Flatten()(x)
     return keras.Model(inputs, keras.layers.Dense(3, name="head")(x))
@@ -46,8 +52,9 @@ def test_same_constructor_config_and_variable_names_as_keras(
     assert (inspect.signature(ours.__init__)
             == inspect.signature(stock.__init__))
     a, b = ours(name="x", **kwargs), stock(name="x", **kwargs)
-    a.build(X.shape)
-    b.build(X.shape)
+    shape = [X.shape, X.shape] if stock is keras.layers.Add else X.shape
+    a.build(shape)
+    b.build(shape)
     assert a.get_config() == b.get_config()
     assert ([(v.name, v.shape, v.trainable) for v in a.weights]
             == [(v.name, v.shape, v.trainable) for v in b.weights])
@@ -57,12 +64,10 @@ def test_same_constructor_config_and_variable_names_as_keras(
 
 @pytest.mark.parametrize("training", [True, False])
 def test_model_of_our_layers_computes_what_keras_layers_do(training):
-    stock = _model(keras.layers.Conv2D, keras.layers.BatchNormalization,
-                   keras.layers.MaxPooling2D)
+    stock = _model(*STOCK)
     _randomize(stock)
     ours = layers.swap_in(stock)
-    assert {type(l) for l in ours.layers} >= {
-        layers.Conv2D, layers.BatchNormalization, layers.MaxPooling2D}
+    assert {type(l) for l in ours.layers} >= set(OURS)
     for _ in range(2):
         got = keras.ops.convert_to_numpy(ours(X, training=training))
         want = keras.ops.convert_to_numpy(stock(X, training=training))
@@ -74,10 +79,8 @@ def test_model_of_our_layers_computes_what_keras_layers_do(training):
 
 
 def test_weights_files_interchange_both_ways(tmp_path):
-    stock = _model(keras.layers.Conv2D, keras.layers.BatchNormalization,
-                   keras.layers.MaxPooling2D)
-    ours = _model(layers.Conv2D, layers.BatchNormalization,
-                  layers.MaxPooling2D)
+    stock = _model(*STOCK)
+    ours = _model(*OURS)
     for source, target in ((stock, ours), (ours, stock)):
         _randomize(source, seed=id(source) % 1000)
         path = str(tmp_path / "w.weights.h5")
@@ -98,8 +101,7 @@ def _class_names(path):
 
 def test_keras_file_round_trips_and_to_stock_writes_only_keras_classes(
         tmp_path):
-    ours = _model(layers.Conv2D, layers.BatchNormalization,
-                  layers.MaxPooling2D)
+    ours = _model(*OURS)
     _randomize(ours)
     want = keras.ops.convert_to_numpy(ours(X, training=False))
     path = str(tmp_path / "ours.keras")
@@ -127,8 +129,7 @@ def test_keras_file_round_trips_and_to_stock_writes_only_keras_classes(
 def test_a_swapped_model_keeps_its_weights_while_the_source_trains():
     # Copies, not shared buffers: JAX's train step donates (deletes) the
     # source's arrays, torch's optimizer updates them in place.
-    ours = _model(layers.Conv2D, layers.BatchNormalization,
-                  layers.MaxPooling2D)
+    ours = _model(*OURS)
     _randomize(ours)
     stock = layers.to_stock(ours)
     before = [keras.ops.convert_to_numpy(v) for v in stock.weights]
@@ -151,6 +152,7 @@ def test_application_loads_a_checkpoint_written_with_keras_layers(tmp_path):
     assert type(model.get_layer("conv1_conv")) is layers.Conv2D
     stock = layers.to_stock(model)
     assert type(stock.get_layer("conv1_conv")) is keras.layers.Conv2D
+    assert type(stock.get_layer("conv1_relu")) is keras.layers.Activation
     _randomize(stock)
     path = str(tmp_path / "before.weights.h5")
     stock.save_weights(path)  # as a build before this change wrote it

@@ -5,12 +5,15 @@ gradients inside `loss.backward()`, before `optimizer.apply`, so the
 finiteness check and the unscaling see the reduced gradients."""
 
 import os
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+import torch_processes  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(keras.backend.backend() != "torch",
@@ -24,17 +27,6 @@ pytestmark = [
 WORKER = os.path.join(os.path.dirname(__file__), "torch_ddp_fit.py")
 
 
-def _run(command, out):
-    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
-                 "MASTER_PORT"):
-        env.pop(name, None)
-    proc = subprocess.run([sys.executable, *command, WORKER, str(out)],
-                          env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 def _load(path):
     with np.load(path) as f:
         return {k: f[k] for k in f.files}
@@ -44,9 +36,8 @@ def test_two_gloo_processes_train_as_one_process_on_the_global_batch(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    _run([], one)
-    _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
-         two)
+    torch_processes.run(WORKER, one)
+    torch_processes.run(WORKER, two, nproc=2)
     alone = _load(one / "rank0.npz")
     ranks = [_load(two / f"rank{r}.npz") for r in (0, 1)]
     # The non-finite batch of rank 1 was skipped by both ranks, as alone.

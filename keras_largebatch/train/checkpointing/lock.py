@@ -8,7 +8,12 @@ leaves a stale lock. The holder writes who it is into the file
     {"pid": 4242, "host": "node7", "started": "2025-06-01 12:00:00"}
 
 and a second run on the same folder is refused with one line naming the
-folder and that holder (`LockedError`, exit code 2). The processes of one
+folder and that holder (`LockedError`, exit code 2). A run that ends
+removes `run.lock` while it still holds the lock, so a folder looks as
+it did before the run where nothing else was written (a run refused for
+bad input); one that opened the file just before it was removed finds,
+once it holds the lock, that its file is no longer the folder's and
+opens the new one. A killed run leaves `run.lock` behind, unlocked. The processes of one
 multi-process run share the chief's lock: only the chief takes it (the
 others write nothing in `model_dir`, or their own `worker_N/`).
 
@@ -16,6 +21,7 @@ On a file system without `flock` (some network file systems: see
 docs/training.md), the run goes on unlocked and says so on one line.
 """
 
+import contextlib
 import datetime
 import errno
 import fcntl
@@ -47,15 +53,17 @@ class RunLock:
         self.created = created
 
     def release(self, remove_if_empty=False):
-        """Releases the lock; with `remove_if_empty`, removes the folder
-        `acquire` created, if it holds nothing but the lock file."""
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        """Removes `run.lock` and releases the lock; with
+        `remove_if_empty`, also the folder `acquire` created, if nothing
+        else was written into it."""
+        if self.file is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.model_dir, names.LOCK))
+        self.file.close()
+        self.file = None
         if remove_if_empty and self.created:
-            path = os.path.join(self.model_dir, names.LOCK)
-            if os.listdir(self.model_dir) == [names.LOCK]:
-                os.remove(path)
+            with contextlib.suppress(OSError):  # Not empty: kept.
                 os.rmdir(self.model_dir)
 
 
@@ -68,28 +76,40 @@ def acquire(model_dir):
     created = not os.path.isdir(model_dir)
     os.makedirs(model_dir, exist_ok=True)
     path = os.path.join(model_dir, names.LOCK)
-    file = open(path, "a+")
-    try:
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno in UNSUPPORTED:
-            print(f"{PROG}: {model_dir} is not locked: its file system has "
-                  f"no flock ({e.strerror}); make sure no other run uses "
-                  f"this folder", file=sys.stderr)
-            return RunLock(model_dir, file, created)
-        file.seek(0)
-        holder = file.read()
-        file.close()
-        raise LockedError(
-            f"`model_dir` is in use by another run ({describe(holder)}); "
-            f"a second run would overwrite its files. Wait for it to end "
-            f"or use another --model_dir. Received: "
-            f"model_dir={model_dir!r}") from None
+    while True:
+        file = open(path, "a+")
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in UNSUPPORTED:
+                print(f"{PROG}: {model_dir} is not locked: its file system "
+                      f"has no flock ({e.strerror}); make sure no other run "
+                      f"uses this folder", file=sys.stderr)
+                return RunLock(model_dir, file, created)
+            file.seek(0)
+            holder = file.read()
+            file.close()
+            raise LockedError(
+                f"`model_dir` is in use by another run ({describe(holder)}); "
+                f"a second run would overwrite its files. Wait for it to end "
+                f"or use another --model_dir. Received: "
+                f"model_dir={model_dir!r}") from None
+        if _is_the_folders(file, path):
+            break
+        file.close()  # Removed by the holder that released it: again.
     file.seek(0)
     file.truncate()
     file.write(json.dumps(holder_of_this_process()) + "\n")
     file.flush()
     return RunLock(model_dir, file, created)
+
+
+def _is_the_folders(file, path):
+    """Whether the open `file` is still the file at `path`."""
+    try:
+        return os.stat(path).st_ino == os.fstat(file.fileno()).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def holder_of_this_process():
