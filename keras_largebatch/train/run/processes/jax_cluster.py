@@ -19,6 +19,7 @@ import os
 import re
 
 from keras_largebatch._shared import require
+from keras_largebatch.train.run.processes import int_variables
 
 
 def cluster():
@@ -29,16 +30,11 @@ def cluster():
            for name in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID")}
     if raw["NUM_PROCESSES"] in (None, "", "1") and not raw["JOB_ADDRESSES"]:
         return None, 1, 0
-    numbers = {}
-    for name in ("NUM_PROCESSES", "PROCESS_ID"):
-        variable = f"KERAS_DISTRIBUTION_{name}"
-        try:
-            numbers[name] = int(raw[name])
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"`{variable}` must be an int for several processes. "
-                f"Received: {variable}={raw[name]!r}") from None
-    count, index = numbers["NUM_PROCESSES"], numbers["PROCESS_ID"]
+    numbers = int_variables(
+        ("KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID"),
+        "for several processes")
+    count = numbers["KERAS_DISTRIBUTION_NUM_PROCESSES"]
+    index = numbers["KERAS_DISTRIBUTION_PROCESS_ID"]
     require(count >= 1, "KERAS_DISTRIBUTION_NUM_PROCESSES", count,
             "an int >= 1")
     require(0 <= index < count, "KERAS_DISTRIBUTION_PROCESS_ID", index,

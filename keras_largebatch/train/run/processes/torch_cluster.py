@@ -12,6 +12,7 @@ is the chief. `torchrun` supervises: a failed process makes it end the
 import os
 
 from keras_largebatch._shared import require
+from keras_largebatch.train.run.processes import int_variables
 
 
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -23,14 +24,8 @@ def cluster():
     raw = {name: os.environ.get(name) for name in TORCHRUN}
     if raw["WORLD_SIZE"] is None:
         return None
-    numbers = {}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
-        try:
-            numbers[name] = int(raw[name])
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"`{name}` must be an int (torchrun sets it). "
-                f"Received: {name}={raw[name]!r}") from None
+    numbers = int_variables(("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                             "MASTER_PORT"), "torchrun sets it")
     count, rank = numbers["WORLD_SIZE"], numbers["RANK"]
     require(count >= 1, "WORLD_SIZE", count, "an int >= 1")
     require(0 <= rank < count, "RANK", rank,
