@@ -6,7 +6,7 @@
                     the typed `RunConfig`, the rules, `parse` and `resolve`
                     (default < recorded run < command line), older runs
     run/            the driver (place, prepare, train or evaluate), devices
-                    and processes, the builders, divergence, Ctrl-C, the banner
+                    and processes, fit's callbacks, divergence, Ctrl-C, the banner
     recipe/         the network, learning rate, optimizer and precision
     data/           the data sets, their loaders, augmentation and pipelines
     checkpointing/  the checkpoints and the run folder's lock; takes what it
@@ -15,7 +15,8 @@
                     history.csv, the callbacks, the saved model, the report
 
 Data flows one way: `cli` -> `run.driver` -> `config` (-> `checkpointing`
-to read a recorded run) and the builders (`recipe`, `data`, `outputs`,
+to read a recorded run) and the rooms that build each part of the run from
+its config section (`data`, `recipe`, `run.callbacks`, with `outputs` and
 `checkpointing`).
 """
 

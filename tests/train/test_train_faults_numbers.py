@@ -147,13 +147,13 @@ def test_nonfinite_variables_reads_the_optimizer_but_not_the_loss_scale(
 def test_the_divergence_check_runs_before_every_callback(tmp_path):
     import types
 
-    from keras_largebatch.train.run import builders
+    from keras_largebatch.train.run import callbacks as fit_callbacks
     from keras_largebatch.train.outputs import callbacks
 
     config = flags.parse([PROG, f"--model_dir={tmp_path}"])
     inputs = types.SimpleNamespace(step_batch=32, steps_per_epoch=4,
                                    train=None, validation=None)
-    found = builders.callbacks(
+    found = fit_callbacks.callbacks(
         config.runtime, config.adaptive, config.evaluation, inputs,
         callbacks.Throughput(32), str(tmp_path), gradient_accumulation_steps=1)
     assert isinstance(found[0], divergence.StopOnDivergence)

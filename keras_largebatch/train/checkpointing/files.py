@@ -1,7 +1,7 @@
 """Writing a checkpoint file, checking one read back, removing litter.
 
 Every checkpoint goes through `save`: it refuses non-finite weights
-(`divergence.Diverged`), makes a weights file in memory and checks the
+(`Diverged`, the error `run.divergence` also raises), makes a weights file in memory and checks the
 free space for it, writes it to a temporary name in the same folder and
 renames it into place (`_shared.atomic_path`, which removes the
 temporary on failure), and returns the file's `fingerprint`, its size
@@ -19,6 +19,9 @@ import os
 import shutil
 import zlib
 
+import keras
+from keras import ops
+
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import write_json
 from keras_largebatch.train.checkpointing import names
@@ -26,6 +29,44 @@ from keras_largebatch.train.checkpointing import names
 # HDF5's own structures beside the variables' bytes, with a margin.
 OVERHEAD = 1.1
 OVERHEAD_BYTES = 1 << 16
+
+
+class Diverged(RuntimeError):
+    """The run's loss or weights turned non-finite; `str()` is one line
+    saying where, at what rate, and what to try."""
+
+
+def nonfinite_variables(model):
+    """The paths of `model`'s float variables and its optimizer's holding a
+    NaN or an inf, the loss scale of a mixed optimizer left out; [] when
+    all are finite. One read from the device, on every backend."""
+    variables = list(model.variables)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        scales = loss_scales(optimizer)
+        variables += [v for v in optimizer.variables
+                      if not any(v is s for s in scales)]
+    floats = [v for v in variables
+              if keras.backend.is_float_dtype(v.dtype)]
+    if not floats:
+        return []
+    finite = ops.convert_to_numpy(ops.stack(
+        [ops.all(ops.isfinite(v.value)) for v in floats]))
+    return [v.path for v, ok in zip(floats, finite) if not ok]
+
+
+def _chain(optimizer):
+    """`optimizer` and the optimizers it wraps, outermost first."""
+    while optimizer is not None:
+        yield optimizer
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+
+
+def loss_scales(optimizer):
+    """The dynamic loss scales of the loss-scaling optimizers in the
+    chain (`LARSMixed`, `LAMBMixed`)."""
+    return [o.dynamic_scale for o in _chain(optimizer)
+            if getattr(o, "dynamic_scale", None) is not None]
 
 
 class SaveError(OSError):
@@ -121,13 +162,9 @@ def _itemsize(dtype):
 
 
 def _refuse_nonfinite(model, path):
-    try:
-        from keras_largebatch.train.run import divergence
-    except ImportError:
-        return
-    bad = divergence.nonfinite_variables(model)
+    bad = nonfinite_variables(model)
     if bad:
-        raise divergence.Diverged(
+        raise Diverged(
             f"not saving {path}: non-finite values in {len(bad)} "
             f"variable(s) ({', '.join(bad[:3])}); the last checkpoint "
             f"holds finite weights")

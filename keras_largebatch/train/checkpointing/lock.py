@@ -18,7 +18,8 @@ multi-process run share the chief's lock: only the chief takes it (the
 others write nothing in `model_dir`, or their own `worker_N/`).
 
 On a file system without `flock` (some network file systems: see
-docs/training.md), the run goes on unlocked and says so on one line.
+docs/training.md), the run goes on unlocked: `RunLock.unlocked` says why,
+in one line the command prints.
 """
 
 import contextlib
@@ -28,9 +29,7 @@ import fcntl
 import json
 import os
 import socket
-import sys
 
-from keras_largebatch.train import PROG
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import names
 
@@ -45,12 +44,15 @@ class LockedError(ValueError):
 class RunLock:
     """The lock a run holds on its `model_dir` (`acquire`), released by
     `release` or by the process's end. `created`: the folder was made to
-    hold the lock, so a run refused later leaves nothing behind."""
+    hold the lock, so a run refused later leaves nothing behind.
+    `unlocked`: None, or why the folder is not locked (its file system has
+    no `flock`) and what to make sure of, in one line."""
 
-    def __init__(self, model_dir, file, created):
+    def __init__(self, model_dir, file, created, unlocked=None):
         self.model_dir = model_dir
         self.file = file
         self.created = created
+        self.unlocked = unlocked
 
     def release(self, remove_if_empty=False):
         """Removes `run.lock` and releases the lock; with
@@ -82,10 +84,11 @@ def acquire(model_dir):
             fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno in UNSUPPORTED:
-                print(f"{PROG}: {model_dir} is not locked: its file system "
-                      f"has no flock ({e.strerror}); make sure no other run "
-                      f"uses this folder", file=sys.stderr)
-                return RunLock(model_dir, file, created)
+                return RunLock(
+                    model_dir, file, created,
+                    unlocked=f"{model_dir} is not locked: its file system "
+                    f"has no flock ({e.strerror}); make sure no other run "
+                    f"uses this folder")
             file.seek(0)
             holder = file.read()
             file.close()

@@ -28,7 +28,6 @@ import json
 import os
 
 from keras_largebatch._shared import atomic_write
-from keras_largebatch.train import PROG
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import names
 from keras_largebatch.train.checkpointing import restore
@@ -51,6 +50,7 @@ class Resume:
     raises: list            # the records of epochs_raised.json
     within_epoch: object = None  # a `within_epoch.Position`, or None
     start: object = None    # the `restore.Start` loaded, or None
+    skipped: str = None     # one line: the damaged checkpoints passed over
 
     @property
     def raised(self):
@@ -67,8 +67,9 @@ def check_model_dir(model_dir, run_config, may_differ=(), upgrade=dict,
 
 def check(model_dir, run_config, may_differ=(), upgrade=dict, train=True):
     """Returns `Resume`, or None for a new run; raises `ResumeError`, or
-    `restore.NoCheckpoint` when `train`ing and no checkpoint loads (where
-    one was skipped, says so on one line).
+    `restore.NoCheckpoint` when `train`ing and no checkpoint loads. Where
+    a damaged checkpoint was passed over, `Resume.skipped` says so in one
+    line, for the caller to show.
 
     `run_config` ({flag: value}, as run_config.json records them) must
     equal the recorded run's, read through `upgrade` (the caller's
@@ -96,10 +97,10 @@ def check(model_dir, run_config, may_differ=(), upgrade=dict, train=True):
         where = (f"resuming at {start.describe(model_dir)}" if start else
                  "no epoch had finished: starting the run over from its "
                  "beginning")
-        print(f"{PROG}: skipped {'; '.join(skipped)}; {where}")
+        skipped = f"skipped {'; '.join(skipped)}; {where}"
     return Resume(original, epochs_before, epochs,
                   start.epoch if start else 0, raises,
-                  start.position if start else None, start)
+                  start.position if start else None, start, skipped or None)
 
 
 def _refuse_changes(original, run_config, may_differ):
@@ -124,20 +125,6 @@ def record_raise(model_dir, resume, message):
     atomic_write(os.path.join(model_dir, RAISES_FILE),
                  json.dumps(resume.raises + [entry], indent=2,
                             sort_keys=True) + "\n")
-
-
-def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):
-    """One line: how raising `--epochs` extends the schedule."""
-    step = resume.finished_epochs * steps_per_epoch
-    before = float(old_schedule(step))
-    after = float(new_schedule(step))
-    return (
-        f"--epochs raised from {resume.epochs_before} to {resume.epochs}: "
-        f"warmup kept, polynomial decay stretched to end at epoch "
-        f"{resume.epochs} (step {resume.epochs * steps_per_epoch} instead "
-        f"of {resume.epochs_before * steps_per_epoch}); at the restored "
-        f"step {step} (epoch {resume.finished_epochs}) the learning rate "
-        f"goes from {before:.4g} to {after:.4g}")
 
 
 # What every run's run_config.json holds: a file without them is no run's.

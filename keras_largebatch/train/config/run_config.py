@@ -38,7 +38,7 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
     """The architecture, its batch norm and initial weights
-    (`builders.model`, `data.load_for`)."""
+    (`recipe.models.build_network`, `data.load_for`)."""
 
     model: str
     resnet_depth: int
@@ -49,7 +49,7 @@ class NetworkConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizationConfig:
-    """The optimizer and the loss (`builders.model`)."""
+    """The optimizer and the loss (`recipe.optimizers.compile_run`)."""
 
     optimizer: str
     momentum: float
@@ -61,7 +61,7 @@ class OptimizationConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LearningRateConfig:
-    """The learning-rate schedule (`builders.schedule`)."""
+    """The learning-rate schedule (`recipe.rates.plan`)."""
 
     base_learning_rate: float
     base_batch_size: int
@@ -74,7 +74,7 @@ class LearningRateConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     """The batch and the length of the run (`data.inputs`,
-    `builders.schedule`, `builders.check_devices`)."""
+    `recipe.rates.plan`)."""
 
     global_batch_size: int
     epochs: int
@@ -85,7 +85,7 @@ class TrainingConfig:
 @dataclasses.dataclass(frozen=True)
 class AdaptiveConfig:
     """The gradient noise scale and the growing batch
-    (`builders.callbacks`)."""
+    (`run.callbacks`)."""
 
     gradient_noise_scale: bool
     adaptive_batch: str
@@ -100,7 +100,7 @@ class AdaptiveConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationConfig:
-    """Precise BN and evaluations within an epoch (`builders.callbacks`,
+    """Precise BN and evaluations within an epoch (`run.callbacks`,
     `evaluate`)."""
 
     precise_bn_batches: int
@@ -124,7 +124,7 @@ class PlacementConfig:
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """This invocation: its folder, mode, checkpoints, seed, precision and
-    logging (`driver`, `builders.callbacks`)."""
+    logging (`driver`, `run.callbacks`)."""
 
     precision: str
     model_dir: str | None

@@ -52,19 +52,20 @@ GROUPS = {
     "data": "The data set and its input pipeline (`data.load_for`, "
             "`data.inputs`).",
     "network": "The architecture, its batch norm and initial weights "
-               "(`builders.model`, `data.load_for`).",
-    "optimization": "The optimizer and the loss (`builders.model`).",
-    "learning_rate": "The learning-rate schedule (`builders.schedule`).",
+               "(`recipe.models.build_network`, `data.load_for`).",
+    "optimization": "The optimizer and the loss "
+                    "(`recipe.optimizers.compile_run`).",
+    "learning_rate": "The learning-rate schedule (`recipe.rates.plan`).",
     "training": "The batch and the length of the run (`data.inputs`, "
-                "`builders.schedule`, `builders.check_devices`).",
+                "`recipe.rates.plan`).",
     "adaptive": "The gradient noise scale and the growing batch "
-                "(`builders.callbacks`).",
+                "(`run.callbacks`).",
     "evaluation": "Precise BN and evaluations within an epoch "
-                  "(`builders.callbacks`, `evaluate`).",
+                  "(`run.callbacks`, `evaluate`).",
     "placement": "Where the run computes and how workers all-reduce "
                  "(`placement.place`).",
     "runtime": "This invocation: its folder, mode, checkpoints, seed, "
-               "precision and logging (`driver`, `builders.callbacks`).",
+               "precision and logging (`driver`, `run.callbacks`).",
 }
 
 

@@ -24,6 +24,7 @@ import math
 
 import keras
 
+from keras_largebatch._shared import require
 from keras_largebatch.train.data import augment
 from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train.recipe import models
@@ -99,9 +100,13 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
     `position` (a `checkpointing.within_epoch.Position` within
     `initial_epoch`) starts it there: at Grain's saved iterator state, or for tf.data at
     the saved micro-batch.
+
+    Refuses (`ValueError`) a global batch the replicas and
+    `--gradient_accumulation_steps` cannot split, and precise BN over
+    several processes.
     """
     drop = devices.replicas > 1
-    _check_sizes(training.global_batch_size, spec, drop)
+    _check_batch(training, spec, devices, precise_bn_batches, drop)
     step_batch = (training.global_batch_size
                   // training.gradient_accumulation_steps)
     steps = training.steps_per_epoch or (
@@ -166,13 +171,29 @@ def _builder(pipeline, data, seed, spec, devices, step_batch, drop):
     return build
 
 
-def _check_sizes(batch_size, spec, drop_remainder):
-    """Refuses a global batch (`batch_size`) the data cannot fill.
+def _check_batch(training, spec, devices, precise_bn_batches,
+                 drop_remainder):
+    """Refuses a global batch the replicas and the accumulation steps
+    cannot split or the data cannot fill, and precise BN over several
+    processes.
 
     The learning rate is scaled for `global_batch_size`, so a batch larger
     than the training set would train on smaller batches at a rate scaled
     for the larger one.
     """
+    # Each process would set statistics of its own slice of the batches.
+    require(precise_bn_batches == 0 or devices.process_count == 1,
+            "precise_bn_batches", precise_bn_batches,
+            "0 with several processes (each would set different "
+            "statistics)")
+    batch_size, replicas = training.global_batch_size, devices.replicas
+    require(batch_size % replicas == 0, "global_batch_size", batch_size,
+            f"divisible by the number of replicas ({replicas})")
+    accumulation = training.gradient_accumulation_steps
+    require(batch_size % (replicas * accumulation) == 0,
+            "global_batch_size", batch_size,
+            f"divisible by the replicas ({replicas}) times "
+            f"--gradient_accumulation_steps ({accumulation})")
     if batch_size > spec.num_train:
         raise DataError(
             f"`global_batch_size` is larger than the {spec.num_train} "

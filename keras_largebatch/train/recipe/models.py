@@ -1,5 +1,6 @@
 """The network: `build_model` by name, its input size (`image_size_for`)
-and channels, and `--init_weights` (`load_init_weights`)."""
+and channels, and `--init_weights` (`load_init_weights`); `build_network`, the
+run's network from its `network` config."""
 
 import keras
 
@@ -30,6 +31,18 @@ def image_size_for(model_name, native_size=None, image_size=0):
 def input_channels(model_name):
     """3 for the ImageNet models; None (the data's own) for resnet_cifar."""
     return None if model_name == "resnet_cifar" else 3
+
+
+def build_network(network, spec):
+    """The model of `network` (`RunConfig.network`) for the data set `spec`
+    (`data.DataSpec`), `--init_weights` loaded; call it in the strategy's
+    scope."""
+    model = build_model(network.model, spec.image_size, spec.num_classes,
+                        network.bn_momentum, spec.channels,
+                        network.resnet_depth, network.resnet_width)
+    if network.init_weights:
+        load_init_weights(model, network.init_weights)
+    return model
 
 
 def build_model(model_name, image_size, num_classes, bn_momentum=None,

@@ -1,12 +1,48 @@
 """The optimizer by name (`build_optimizer`: SGD, LARS, LARSMixed, LAMB,
 LAMBMixed; bias and batch-norm parameters never decayed) and the compiled
-model (`compile_model`)."""
+model (`compile_model`); `compile_run`, the run's model compiled from its
+`optimization` config."""
 
 import keras
 
 import keras_largebatch
 from keras_largebatch._shared import require
 from keras_largebatch.train.recipe.rates import DEFAULT_BASE_LR
+
+
+def compile_run(model, optimization, schedule, gradient_accumulation_steps,
+                top5=False, noise_scale=False, strategy=None):
+    """Compiles `model` with the optimizer and loss of `optimization`
+    (`RunConfig.optimization`) on `schedule` (`rates.Schedule`), averaging
+    `gradient_accumulation_steps` batches per update, and builds the
+    optimizer's state (what `fit` would build: the first checkpoint's
+    size). With `noise_scale` (`--gradient_noise_scale`), refuses an
+    optimizer and `strategy` that take one batch size per step. Call it in
+    the strategy's scope."""
+    optimizer = build_optimizer(
+        optimization.optimizer, schedule.learning_rate, model,
+        optimization.momentum, optimization.eta, optimization.weight_decay,
+        gradient_accumulation_steps, nesterov=optimization.nesterov)
+    compile_model(model, optimizer, optimization.label_smoothing, top5=top5)
+    if not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    if noise_scale:
+        _check_noise_scale(optimizer, strategy, gradient_accumulation_steps)
+    return model
+
+
+def _check_noise_scale(optimizer, strategy, gradient_accumulation_steps):
+    from keras_largebatch import noise_scale
+
+    try:
+        noise_scale.check_measurable(optimizer, strategy)
+    except ValueError:
+        raise ValueError(
+            "`gradient_noise_scale` needs two batch sizes in one "
+            "step: --gradient_accumulation_steps >= 2 or several "
+            "replicas (--distribution=multi_worker). Received: "
+            "gradient_noise_scale=True, gradient_accumulation_steps="
+            f"{gradient_accumulation_steps}") from None
 
 
 def build_optimizer(name, learning_rate, model, momentum=0.9, eta=0.001,

@@ -1,7 +1,20 @@
-"""`--precision` (`auto`: mixed_float16 on a GPU, float32 elsewhere) and
-`--deterministic`."""
+"""`--precision` (`auto`: mixed_float16 on a GPU, float32 elsewhere),
+`--deterministic` and `--seed`: `set_up` makes them Keras' global state."""
 
 import keras
+
+
+def set_up(runtime):
+    """Seeds Keras' random generators with `runtime.seed`, makes the
+    kernels deterministic under `runtime.deterministic` and sets the dtype
+    policy of `runtime.precision`, resolved; returns that policy's name.
+    (`runtime` is `RunConfig.runtime`.)"""
+    keras.utils.set_random_seed(runtime.seed)
+    if runtime.deterministic:
+        make_deterministic()
+    precision = resolve_precision(runtime.precision)
+    keras.mixed_precision.set_dtype_policy(precision)
+    return precision
 
 
 def resolve_precision(precision):

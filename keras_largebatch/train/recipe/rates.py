@@ -19,13 +19,83 @@ Then `WarmupPolynomialDecay`: linear warmup, then `(1 - t) ** power` decay
 to `end_learning_rate` (You et al., arXiv:1708.03888). Biases and
 batch-norm parameters are never decayed and, under LARS, not adapted (Jia
 et al., arXiv:1807.11205).
+
+`plan` makes the run's `Schedule` of these from its `learning_rate` and
+`training` config, and stretches it where `--epochs` is raised on resume.
 """
+
+import dataclasses
 
 import keras_largebatch
 
 DEFAULT_BASE_LR = {"sgd": 0.1, "lars": 2.0, "lars_mixed": 2.0,
                    "lamb": 0.002, "lamb_mixed": 0.002}
 SGD_WARMUP_FRACTION = 5 / 90  # Goyal et al.: 5 of 90 epochs.
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The learning rate of the run (`plan`).
+
+    Attributes:
+        peak: the peak rate, `--lr_scaling`'s rule applied.
+        warmup_epochs: `--warmup_epochs`, or the rule's fraction of the run.
+        learning_rate: the Keras schedule (warmup, polynomial decay).
+        raise_message: the line that says how raising `--epochs` on
+            resume stretches the schedule; None when it is not raised.
+    """
+
+    peak: float
+    warmup_epochs: float
+    learning_rate: object
+    raise_message: str = None
+
+
+def plan(learning_rate, training, optimizer, steps_per_epoch,
+         resuming=None):
+    """The `Schedule` of `learning_rate` (`RunConfig.learning_rate`) for
+    the batch and epochs of `training` and the `optimizer` (its name,
+    which picks the default rule); resuming (a `checkpointing.resume.Resume`)
+    with `--epochs` raised, the one of a run planned for the new number of
+    epochs."""
+    lr, batch = learning_rate, training.global_batch_size
+    peak = peak_learning_rate(optimizer, lr.base_learning_rate, batch,
+                              lr.base_batch_size, lr.lr_scaling)
+    raised = resuming is not None and resuming.raised
+    # A default warmup is a fraction of the run: of the original one when
+    # --epochs is raised on resume, so the steps already taken keep theirs.
+    warmup = warmup_epochs_for(
+        optimizer, lr.lr_scaling, batch,
+        resuming.epochs_before if raised else training.epochs,
+        lr.warmup_epochs)
+
+    def planned(epochs):
+        # Keras calls a schedule with its step counter, which counts
+        # batches, not updates, under gradient accumulation.
+        return schedule(peak, steps_per_epoch, epochs, warmup,
+                        lr.end_learning_rate, lr.poly_power)
+
+    rate = planned(training.epochs)
+    message = None
+    if raised:
+        message = raise_message(resuming, planned(resuming.epochs_before),
+                                rate, steps_per_epoch)
+    return Schedule(peak, warmup, rate, message)
+
+
+def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):
+    """One line: how raising `--epochs` (`resume`, a
+    `checkpointing.resume.Resume`) extends the schedule."""
+    step = resume.finished_epochs * steps_per_epoch
+    before = float(old_schedule(step))
+    after = float(new_schedule(step))
+    return (
+        f"--epochs raised from {resume.epochs_before} to {resume.epochs}: "
+        f"warmup kept, polynomial decay stretched to end at epoch "
+        f"{resume.epochs} (step {resume.epochs * steps_per_epoch} instead "
+        f"of {resume.epochs_before * steps_per_epoch}); at the restored "
+        f"step {step} (epoch {resume.finished_epochs}) the learning rate "
+        f"goes from {before:.4g} to {after:.4g}")
 
 
 def lr_rule(optimizer, scaling="auto"):

@@ -18,7 +18,7 @@ from keras_largebatch.train.recipe import precision
 
 
 def lines(run, network, data, optimization, training):
-    """The banner of `run` (a `builders.Run`), given those parts of its
+    """The banner of `run` (a `driver.Run`), given those parts of its
     `RunConfig`."""
     spec, devices = run.spec, run.devices
     size = spec.image_size

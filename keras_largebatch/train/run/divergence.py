@@ -1,7 +1,7 @@
 """A run whose loss or weights turn non-finite stops there, its last finite
 checkpoints kept.
 
-`StopOnDivergence` is the first callback of `fit` (`builders.callbacks`),
+`StopOnDivergence` is the first callback of `fit` (`run.callbacks`),
 so it sees each batch's and each epoch's end before any callback that
 saves. It reads the weights only where they may have gone bad, as
 
@@ -19,9 +19,9 @@ of the epoch once one step's was, so the weights are then read at each
 batch's end of that epoch.
 
 The weights are the model's float variables and its optimizer's (momenta,
-the float32 masters of a mixed optimizer), not the loss scale. Whatever
-saves a checkpoint may call `nonfinite_variables(model)` first and raise
-`Diverged` where it is not empty. The driver (`driver.py`) prints the
+the float32 masters of a mixed optimizer), not the loss scale
+(`checkpointing.files.nonfinite_variables`, which every checkpoint's save
+calls first, raising `Diverged` where it is not empty). The driver (`driver.py`) prints the
 `Diverged` line and exits with `EXIT_CODE` (3).
 """
 
@@ -30,31 +30,12 @@ import math
 import keras
 from keras import ops
 
+# Defined with the checkpoints, which refuse to save non-finite weights.
+from keras_largebatch.train.checkpointing.files import Diverged
+from keras_largebatch.train.checkpointing.files import loss_scales
+from keras_largebatch.train.checkpointing.files import nonfinite_variables
+
 EXIT_CODE = 3
-
-
-class Diverged(RuntimeError):
-    """The run's loss or weights turned non-finite; `str()` is one line
-    saying where, at what rate, and what to try."""
-
-
-def nonfinite_variables(model):
-    """The paths of `model`'s float variables and its optimizer's holding a
-    NaN or an inf, the loss scale of a mixed optimizer left out; [] when
-    all are finite. One read from the device, on every backend."""
-    variables = list(model.variables)
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None:
-        scales = _loss_scales(optimizer)
-        variables += [v for v in optimizer.variables
-                      if not any(v is s for s in scales)]
-    floats = [v for v in variables
-              if keras.backend.is_float_dtype(v.dtype)]
-    if not floats:
-        return []
-    finite = ops.convert_to_numpy(ops.stack(
-        [ops.all(ops.isfinite(v.value)) for v in floats]))
-    return [v.path for v, ok in zip(floats, finite) if not ok]
 
 
 def describe(model, names, where, loss=None):
@@ -137,20 +118,8 @@ def _float(value):
     return float(ops.convert_to_numpy(value))
 
 
-def _chain(optimizer):
-    """`optimizer` and the optimizers it wraps, outermost first."""
-    while optimizer is not None:
-        yield optimizer
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-
-
-def _loss_scales(optimizer):
-    return [o.dynamic_scale for o in _chain(optimizer)
-            if getattr(o, "dynamic_scale", None) is not None]
-
-
 def _loss_scale(optimizer):
     """The dynamic loss scale of a loss-scaling optimizer in the chain
     (`LARSMixed`, `LAMBMixed`), else None."""
-    scales = _loss_scales(optimizer)
+    scales = loss_scales(optimizer)
     return float(ops.convert_to_numpy(scales[0])) if scales else None

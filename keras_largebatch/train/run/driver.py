@@ -24,13 +24,26 @@ complete checkpoint kept, `checkpointing/files.py`).
 
 This module is the driver: it has the command line parsed into one frozen
 `config.RunConfig` (`config.load.parse`, the only reader of absl's
-`FLAGS`), places the run on its devices (`placement.place`), has the
-builders assemble it (`prepare`), then fits (`train`) or evaluates
-(`evaluate.py`); it is the one place that holds the whole config, and it
-hands each builder the parts it reads. `cli.run` is the command's one door to it.
+`FLAGS`), places the run on its devices (`placement.place`), assembles it
+(`prepare`, as Model Garden's `train_lib` does: each part built once by
+its own room from the config sections it reads), then fits (`train`) or
+evaluates (`evaluate.py`). It is the one place that holds the whole
+config. `cli.run` is the command's one door to it.
+
+    precision.set_up(runtime)                         seeds, kernels, policy
+    data.load_for(data, network, seed)                -> DataSpec
+    checkpointing.check_model_dir(model_dir, ...)     -> Resume or None
+    data.inputs(data, training, spec, devices, ...)   -> Inputs
+    rates.plan(learning_rate, training, optimizer, steps, resuming)
+                                                      -> Schedule
+    models.build_network(network, spec)               -> keras.Model
+    optimizers.compile_run(model, optimization, schedule, ...)
+    callbacks.callbacks(runtime, adaptive, evaluation, inputs, ...)
+                                                      -> fit's callbacks
 """
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -53,13 +66,16 @@ from keras_largebatch.train.config import table
 from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train.outputs import report
 from keras_largebatch.train.outputs.callbacks import Throughput
-from keras_largebatch.train.recipe.precision import make_deterministic
-from keras_largebatch.train.recipe.precision import resolve_precision
+from keras_largebatch.train.recipe import models
+from keras_largebatch.train.recipe import optimizers
+from keras_largebatch.train.recipe import precision
+from keras_largebatch.train.recipe import rates
 from keras_largebatch.train.run import banner
-from keras_largebatch.train.run import builders
+from keras_largebatch.train.run import callbacks
 from keras_largebatch.train.run import divergence
 from keras_largebatch.train.run import evaluate
 from keras_largebatch.train.run import interrupt
+from keras_largebatch.train.run.placement import Devices
 from keras_largebatch.train.run.placement import barrier
 from keras_largebatch.train.run.placement import place
 from keras_largebatch.train.run.processes import jax_cluster
@@ -68,6 +84,36 @@ from keras_largebatch.train.run.processes import supervisor
 
 # A checkpoint could not be written (a full or failing disk): exit code.
 SAVE_FAILED = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Everything checked and built, nothing written yet (the settings
+    stay in `config.RunConfig`, whose parts the driver hands out).
+
+    Attributes:
+        devices: `placement.Devices`.
+        spec: the data set (`data.DataSpec`); `spec.image_size` is the
+            input size.
+        inputs: `data.Inputs`, the batches of `fit` and of precise BN.
+        schedule: `recipe.rates.Schedule`.
+        model: the compiled model (with its optimizer).
+        resuming: `checkpointing.resume.Resume`, or None for a new run.
+        recorded: what `run_config.json` holds (the recorded flags, the
+            resolved image size and number of classes).
+        precision: `--precision` resolved.
+        initial_epoch: the epochs already finished in `model_dir`.
+    """
+
+    devices: Devices
+    spec: object
+    inputs: object
+    schedule: object
+    model: object
+    resuming: object
+    recorded: dict
+    precision: str
+    initial_epoch: int
 
 
 def main(argv):
@@ -106,6 +152,8 @@ def _run(config, start, held):
         devices = place(placement)
         if runtime.mode == "train" and devices.chief:
             held.append(lock.acquire(runtime.model_dir))
+            if held[-1].unlocked:
+                print(f"{PROG}: {held[-1].unlocked}", file=sys.stderr)
         built = prepare(config, devices)
         if runtime.mode == "eval":
             return evaluate.evaluate(
@@ -119,13 +167,16 @@ def _run(config, start, held):
         return fail(e)
     banner.show(built, config.network, config.data, config.optimization,
                 config.training)
-    if placement.distribution != "multi_worker":
-        return train(config, built, start)
-    import tensorflow as tf  # Here only: JAX and torch runs import none.
+    # What a lost worker raises out of `fit`: TensorFlow's `OpError` under
+    # multi_worker; elsewhere nothing (JAX and torch runs import no TF).
+    lost_worker = ()
+    if placement.distribution == "multi_worker":
+        import tensorflow as tf
 
+        lost_worker = tf.errors.OpError
     try:
         return train(config, built, start)
-    except tf.errors.OpError as e:
+    except lost_worker as e:
         lost = supervisor.lost_worker_message(e, devices.workers, devices.task)
         print(f"{PROG}: error: {lost} "
               f"To resume, start all {devices.workers} workers again with "
@@ -142,17 +193,11 @@ def fail(error, code=2):
 
 def prepare(config, devices):
     """Builds data, schedule, model and optimizer for the checked `config`
-    (a `config.RunConfig`) on `devices`, each builder given the parts it
-    reads; checks what needs the data or the devices (no writes). Returns
-    a `builders.Run`."""
+    (a `config.RunConfig`) on `devices`, each part once, by its own room,
+    from the config sections it reads; checks what needs the data or the
+    devices (no writes). Returns a `Run`."""
     runtime, training = config.runtime, config.training
-    precise_bn = config.evaluation.precise_bn_batches
-    builders.check_devices(training, precise_bn, devices)
-    keras.utils.set_random_seed(runtime.seed)
-    if runtime.deterministic:
-        make_deterministic()
-    precision = resolve_precision(runtime.precision)
-    keras.mixed_precision.set_dtype_policy(precision)
+    resolved = precision.set_up(runtime)
     spec = data.load_for(config.data, config.network, runtime.seed)
     recorded = dict(config.recorded(), image_size=spec.image_size,
                     num_classes=spec.num_classes)
@@ -160,29 +205,29 @@ def prepare(config, devices):
         runtime.model_dir, recorded,
         may_differ=table.FREE + table.RAISABLE,
         upgrade=migration.upgrade, train=runtime.mode == "train")
+    if resuming is not None and resuming.skipped:
+        print(f"{PROG}: {resuming.skipped}")
     # Every process has read `model_dir` before the chief writes there.
     barrier(keras.backend.backend(), devices.process_count)
     rules.check_after_resume(config)
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
-                         precise_bn, initial_epoch,
+                         config.evaluation.precise_bn_batches, initial_epoch,
                          resuming.within_epoch if resuming else None,
                          resumable=runtime.checkpoint_every_steps > 0)
-    schedule = builders.schedule(
-        config.learning_rate, training, config.optimization.optimizer,
-        inputs.steps_per_epoch, resuming)
-    accumulation = training.gradient_accumulation_steps
+    schedule = rates.plan(config.learning_rate, training,
+                          config.optimization.optimizer,
+                          inputs.steps_per_epoch, resuming)
     with _scope(devices.strategy):
-        model = builders.model(config.network, config.optimization,
-                               accumulation, spec, schedule)
-        # Its state now (fit would build it): the first checkpoint's size.
-        if not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-        if config.adaptive.gradient_noise_scale:
-            builders.check_noise_scale(model.optimizer, devices.strategy,
-                                       accumulation)
-    return builders.Run(devices, spec, inputs, schedule, model, resuming,
-                        recorded, precision, initial_epoch)
+        model = models.build_network(config.network, spec)
+        optimizers.compile_run(
+            model, config.optimization, schedule,
+            training.gradient_accumulation_steps,
+            top5=spec.num_classes > 10,
+            noise_scale=config.adaptive.gradient_noise_scale,
+            strategy=devices.strategy)
+    return Run(devices, spec, inputs, schedule, model, resuming, recorded,
+               resolved, initial_epoch)
 
 
 def train(config, run, start):
@@ -217,7 +262,7 @@ def _train(config, run, start, out_dir, peer):
     checkpointing.tidy(out_dir, run.initial_epoch if run.resuming else None)
     report.begin(run, out_dir)
     throughput = Throughput(run.inputs.step_batch)
-    callbacks = builders.callbacks(
+    found = callbacks.callbacks(
         config.runtime, config.adaptive, config.evaluation, run.inputs,
         throughput, out_dir,
         gradient_accumulation_steps=(
@@ -225,26 +270,23 @@ def _train(config, run, start, out_dir, peer):
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
         start=run.resuming.start if run.resuming else None)
+    # --verbose, or a progress bar on a terminal and one line per epoch
+    # otherwise (a log file gets no redrawn bars).
+    verbose = config.runtime.verbose
+    if verbose is None:
+        verbose = 1 if sys.stdout.isatty() else 2
     with grain_pipeline.no_end_of_input_warning():
         history = run.model.fit(
             run.inputs.train, validation_data=run.inputs.validation,
             epochs=config.training.epochs,
-            steps_per_epoch=run.inputs.steps_per_epoch, callbacks=callbacks,
-            verbose=_verbose(config.runtime.verbose),
+            steps_per_epoch=run.inputs.steps_per_epoch, callbacks=found,
+            verbose=verbose,
             shuffle=False,  # The pipelines shuffle.
         )
         val_metrics = run.model.evaluate(run.inputs.validation, verbose=0,
                                          return_dict=True)
     return report.finish(config, run, out_dir, history, val_metrics,
                          throughput, start)
-
-
-def _verbose(verbose):
-    """`--verbose`, or by default a progress bar on a terminal and one line
-    per epoch otherwise (a log file gets no redrawn bars)."""
-    if verbose is not None:
-        return verbose
-    return 1 if sys.stdout.isatty() else 2
 
 
 def _scope(strategy):

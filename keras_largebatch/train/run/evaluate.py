@@ -25,7 +25,7 @@ from keras_largebatch.train.data import grain_pipeline
 
 def evaluate(run, model_dir, epochs, precise_bn_batches=0):
     """Evaluates the latest checkpoint in `model_dir` with the model and
-    data of `run` (a `builders.Run`), batch-norm statistics first
+    data of `run` (a `driver.Run`), batch-norm statistics first
     recomputed over `precise_bn_batches` batches (of its last epoch;
     `epochs` for final.keras); writes eval.json; returns 0."""
     import keras

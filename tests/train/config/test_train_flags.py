@@ -11,7 +11,7 @@ import pytest
 from absl import flags as absl_flags
 
 from keras_largebatch.train.config import batch_schedule
-from keras_largebatch.train.run import builders
+from keras_largebatch.train.run import callbacks as fit_callbacks
 from keras_largebatch.train import config as flags
 from keras_largebatch.train.config import migration
 from keras_largebatch.train.run import driver as train_main
@@ -134,13 +134,13 @@ def test_the_adaptive_batch_builder_takes_the_parsed_schedule():
     adaptive = dataclasses.replace(
         flags.RunConfig.default().adaptive, adaptive_batch="schedule",
         batch_schedule=((0, 32), (1, 64)))
-    [callback] = builders._adaptive_batch(adaptive, 16)
+    [callback] = fit_callbacks._adaptive_batch(adaptive, 16)
     assert [tuple(step) for step in callback.schedule] == [(0, 32), (1, 64)]
-    source = inspect.getsource(builders._adaptive_batch)
+    source = inspect.getsource(fit_callbacks._adaptive_batch)
     assert "split" not in source and "flags" not in source
 
 
-def test_builders_take_parts_of_the_config_not_all_of_it():
+def test_the_parts_take_sections_of_the_config_not_all_of_it():
     """Only the driver (run/driver.py), the summary (outputs/report.py)
     and the flags' rules (config/rules.py) hold the whole `RunConfig`; every other function
     names the parts."""

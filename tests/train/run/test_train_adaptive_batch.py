@@ -167,9 +167,9 @@ def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
     adaptive = config.adaptive
     assert (adaptive.max_global_batch_size, adaptive.adaptive_start_multiple,
             adaptive.noise_scale_multiple) == (0, 0, 4.0)
-    from keras_largebatch.train.run import builders
+    from keras_largebatch.train.run import callbacks as fit_callbacks
 
-    callback, = builders._adaptive_batch(adaptive, 8)
+    callback, = fit_callbacks._adaptive_batch(adaptive, 8)
     assert (callback.start_multiple, callback.given_max_batch_size,
             callback.c, callback.learning_rate_rule) == (4, None, 4.0, "auto")
     from keras_largebatch.adaptive_batch import defaults
@@ -186,14 +186,14 @@ def test_noise_scale_needs_only_the_small_batch_and_its_rate(tmp_path):
 def test_the_flags_check_the_settings_the_callback_is_given(flags, tmp_path,
                                                             monkeypatch):
     from keras_largebatch.adaptive_batch import batches
-    from keras_largebatch.train.run import builders
+    from keras_largebatch.train.run import callbacks as fit_callbacks
 
     checked, check = [], batches.check_compiled
     monkeypatch.setattr(batches, "check_compiled", lambda settings, k0, *a: (
         checked.append((settings, k0)), check(settings, k0, *a))[1])
     config = train_config.parse(["prog", *TINY, *flags,
                                f"--model_dir={tmp_path}/run"])
-    callback, = builders._adaptive_batch(config.adaptive, 8)
+    callback, = fit_callbacks._adaptive_batch(config.adaptive, 8)
     # One check, `AdaptiveBatch`'s own, on the settings it is given.
     assert checked == [(callback.settings, 2)]
 
