@@ -1,10 +1,11 @@
 """ResNet-50 v1 / v1.5, weight-compatible with `keras.applications.ResNet50`.
 
 Layer names, layer classes (`keras_largebatch.layers`' Conv2D,
-BatchNormalization, MaxPooling2D, Activation and Add are Keras' under the
-same names, fast on torch), their order and all weight shapes are those of
-`keras.applications.ResNet50`, so Keras' official ImageNet files and any
-`.weights.h5` saved from `keras.applications.ResNet50` load unchanged.
+BatchNormalization, MaxPooling2D, Activation, Add and ZeroPadding2D are
+Keras' under the same names, fast on torch), their order and all weight
+shapes are those of `keras.applications.ResNet50`, so Keras' official
+ImageNet files and any `.weights.h5` saved from `keras.applications.ResNet50`
+load unchanged.
 
 Bottleneck block (v1), with `s` the block's stride:
 
@@ -30,6 +31,7 @@ from keras_largebatch.layers import Add
 from keras_largebatch.layers import BatchNormalization
 from keras_largebatch.layers import Conv2D
 from keras_largebatch.layers import MaxPooling2D
+from keras_largebatch.layers import ZeroPadding2D
 
 from . import common
 from . import weights as weights_lib
@@ -141,7 +143,7 @@ def ResNet50(
         input_tensor, input_shape, 224, MIN_SIZE, static=include_top
     )
     axis = common.bn_axis()
-    x = keras.layers.ZeroPadding2D(3, name="conv1_pad")(x)
+    x = ZeroPadding2D(3, name="conv1_pad")(x)
     x = Conv2D(
         64, 7, strides=2, use_bias=use_conv_bias, name="conv1_conv"
     )(x)
@@ -149,7 +151,7 @@ def ResNet50(
         axis=axis, epsilon=1.001e-5, name="conv1_bn"
     )(x)
     x = Activation("relu", name="conv1_relu")(x)
-    x = keras.layers.ZeroPadding2D(1, name="pool1_pad")(x)
+    x = ZeroPadding2D(1, name="pool1_pad")(x)
     x = MaxPooling2D(3, strides=2, name="pool1_pool")(x)
     for stage, (filters, blocks, stride) in enumerate(
         [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], start=2

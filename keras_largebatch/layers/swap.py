@@ -15,6 +15,7 @@ from keras_largebatch.layers.batch_normalization import BatchNormalization
 from keras_largebatch.layers.conv import Conv2D
 from keras_largebatch.layers.merging import Add
 from keras_largebatch.layers.pooling import MaxPooling2D
+from keras_largebatch.layers.zero_padding import ZeroPadding2D
 
 # (Keras' class, the package's): swapped by exact class, so that another
 # subclass of Keras' layer, with its own behaviour, is left as it is.
@@ -24,14 +25,15 @@ PAIRS = (
     (keras.layers.MaxPooling2D, MaxPooling2D),
     (keras.layers.Activation, Activation),
     (keras.layers.Add, Add),
+    (keras.layers.ZeroPadding2D, ZeroPadding2D),
 )
 
 
 @keras_largebatch_export("keras_largebatch.layers.swap_in")
 def swap_in(model):
     """`model` with `keras_largebatch.layers` in place of Keras' `Conv2D`,
-    `BatchNormalization`, `MaxPooling2D`, `Activation` and `Add`, weights
-    copied.
+    `BatchNormalization`, `MaxPooling2D`, `Activation`, `Add` and
+    `ZeroPadding2D`, weights copied.
 
     Changes only what runs on the torch backend (torch's kernels on
     channels_last views); on JAX and TensorFlow the layers are Keras' own.
@@ -48,7 +50,7 @@ def swap_in(model):
 @keras_largebatch_export("keras_largebatch.layers.to_stock")
 def to_stock(model):
     """`model` with Keras' own `Conv2D`, `BatchNormalization`,
-    `MaxPooling2D`, `Activation` and `Add` in place of
+    `MaxPooling2D`, `Activation`, `Add` and `ZeroPadding2D` in place of
     `keras_largebatch.layers`', weights copied:
     a `.keras` file saved from it names only Keras' classes for these
     layers, and loads where keras_largebatch is not installed.

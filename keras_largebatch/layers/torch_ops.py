@@ -118,6 +118,37 @@ def update_moving(variable, batch, momentum):
         variable.value.lerp_(batch, 1.0 - momentum)
 
 
+class _ZeroPad(torch.autograd.Function):
+    """`F.pad` with zeros, whose gradient is a view: the padded tensor's
+    gradient narrowed to the input's extent. torch's own gradient of `pad`
+    (`constant_pad_nd` with negative pads) copies it into a new tensor."""
+
+    @staticmethod
+    def forward(x, pads):
+        return F.pad(x, pads)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.pads = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        pads = ctx.pads
+        for i in range(len(pads) // 2):
+            dim, before, after = grad.ndim - 1 - i, pads[2 * i], pads[2 * i + 1]
+            if before or after:
+                grad = grad.narrow(dim, before,
+                                   grad.shape[dim] - before - after)
+        return grad, None
+
+
+def zero_pad(x, pads):
+    """`F.pad(x, pads)` with zeros, `pads` non-negative and given as
+    `F.pad` takes them (the last dimension's first); the gradient passes
+    back as a view, without a copy."""
+    return _ZeroPad.apply(x, tuple(pads))
+
+
 def max_pool2d(x, pool_size, strides, pad):
     """Max pooling of NHWC `x` with symmetric (implicit `-inf`) padding
     `pad`; an NHWC view back."""

@@ -1,9 +1,9 @@
 """One backend's side of `test_layers_against_jax.py`: a small network of
 every `keras_largebatch.layers` layer (an uneven `"same"` stride, dilation
-with groups, batch norm, ReLU, a residual add, same-padded pooling, a
-valid rectangular stride), with fixed weights, input and upstream
-gradient, takes three training passes through `stateless_call` carrying
-the moving statistics; then one inference pass. Writes, per dtype policy,
+with groups, batch norm, ReLU, a residual add, same-padded pooling, an
+uneven zero padding, a valid rectangular stride), with fixed weights,
+input and upstream gradient, takes three training passes through
+`stateless_call` carrying the moving statistics; then one inference pass. Writes, per dtype policy,
 the first pass's outputs and gradients (input and weights), the moving
 statistics after the three and the inference outputs to
 OUT/<backend>.npz. Runs on the backend `KERAS_BACKEND` names.
@@ -34,6 +34,7 @@ def model():
     d = layers.Add(name="add")([c, a])
     e = layers.BatchNormalization(momentum=0.6, epsilon=1e-3, name="bn2")(d)
     f = layers.MaxPooling2D(3, strides=2, padding="same", name="pool")(e)
+    f = layers.ZeroPadding2D(((1, 0), (2, 1)), name="pad")(f)
     g = layers.Conv2D(4, (3, 2), strides=(2, 1), padding="valid",
                       name="g")(f)
     return keras.Model(inputs, g)
@@ -91,7 +92,7 @@ def main(out):
         frozen = [by_path[v.path] for v in net.non_trainable_variables]
         for step in range(STEPS):
             x = (rng.normal(size=(3, 10, 10, 4)) * 2 + 1).astype("float32")
-            upstream = rng.normal(size=(3, 1, 2, 4)).astype("float32")
+            upstream = rng.normal(size=(3, 1, 5, 4)).astype("float32")
             y, gx, g, frozen = grad_step(net, trainable, frozen, x,
                                          upstream)
             if step == 0:

@@ -21,18 +21,20 @@ PAIRS = [(layers.Conv2D, keras.layers.Conv2D,
          (layers.MaxPooling2D, keras.layers.MaxPooling2D, dict(pool_size=2)),
          (layers.Activation, keras.layers.Activation,
           dict(activation="relu")),
-         (layers.Add, keras.layers.Add, {})]
+         (layers.Add, keras.layers.Add, {}),
+         (layers.ZeroPadding2D, keras.layers.ZeroPadding2D,
+          dict(padding=((1, 2), (0, 1))))]
 OURS = tuple(p[0] for p in PAIRS)
 STOCK = tuple(p[1] for p in PAIRS)
 X = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
 
 
-def _model(conv, bn, pool, activation, add):
+def _model(conv, bn, pool, activation, add, pad):
     inputs = keras.Input((8, 8, 3))
     x = conv(4, 3, strides=2, padding="same", name="conv")(inputs)
     y = bn(momentum=0.5, name="bn")(x)
     x = add(name="add")([activation("relu", name="relu")(y), x])
-    x = pool(2, name="pool")(x)
+    x = pool(2, name="pool")(pad(((1, 0), (0, 1)), name="pad")(x))
     x = keras.layers.Flatten()(x)
     return keras.Model(inputs, keras.layers.Dense(3, name="head")(x))
 

@@ -19,7 +19,8 @@ if keras.backend.backend() == "torch":
 STOCK = {layers.Conv2D: keras.layers.Conv2D,
          layers.BatchNormalization: keras.layers.BatchNormalization,
          layers.MaxPooling2D: keras.layers.MaxPooling2D,
-         layers.Activation: keras.layers.Activation}
+         layers.Activation: keras.layers.Activation,
+         layers.ZeroPadding2D: keras.layers.ZeroPadding2D}
 COPIES = ("aten::copy_", "aten::clone", "aten::contiguous")
 
 
@@ -100,6 +101,28 @@ def test_activation_matches_keras_outputs_and_gradients(activation):
     _assert_same(ours, stock, x, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kwargs", [
+    dict(padding=1),
+    dict(padding=((1, 2), (0, 3))),
+    dict(padding=(2, 1), data_format="channels_first"),
+    dict(padding=-1),  # a crop: Keras' path
+])
+def test_zero_padding_matches_keras_outputs_and_gradients(kwargs):
+    x = np.random.default_rng(2).normal(size=(2, 5, 4, 3)).astype("float32")
+    ours, stock = _pair(layers.ZeroPadding2D, x.shape, **kwargs)
+    _assert_same(ours, stock, x, rtol=0, atol=0)
+
+
+def test_zero_padding_gradient_is_a_view_of_the_padded_gradient():
+    x = torch.zeros(2, 5, 4, 3, requires_grad=True)
+    y = layers.ZeroPadding2D(((1, 2), (0, 3)))(x)
+    upstream = torch.randn(tuple(y.shape))
+    (dx,) = torch.autograd.grad(y, x, upstream)
+    assert dx.untyped_storage().data_ptr() == (
+        upstream.untyped_storage().data_ptr())
+    torch.testing.assert_close(dx, upstream[:, 1:6, 0:4], rtol=0, atol=0)
+
+
 def test_add_matches_keras_outputs_and_gradients():
     rng = np.random.default_rng(2)
     xs = [rng.normal(size=(2, 5, 4, 3)).astype("float32") for _ in range(3)]
@@ -178,15 +201,15 @@ def test_channels_first_runs_keras_path_and_matches():
         _assert_same(ours, stock, x)
 
 
-def _model(cls_conv=layers.Conv2D, cls_bn=layers.BatchNormalization,
-           cls_pool=layers.MaxPooling2D, cls_activation=layers.Activation,
-           cls_add=layers.Add):
+def _model():
     inputs = keras.Input((8, 8, 3))
-    x = cls_conv(4, 3, strides=2, padding="same", name="conv")(inputs)
-    y = cls_activation("relu", name="relu")(
-        cls_bn(momentum=0.5, name="bn")(x))
-    x = cls_add(name="add")([y, x])
-    x = cls_pool(2, name="pool")(x)
+    x = layers.ZeroPadding2D(1, name="conv_pad")(inputs)
+    x = layers.Conv2D(4, 3, strides=2, padding="same", name="conv")(x)
+    y = layers.Activation("relu", name="relu")(
+        layers.BatchNormalization(momentum=0.5, name="bn")(x))
+    x = layers.Add(name="add")([y, x])
+    x = layers.ZeroPadding2D(((1, 0), (0, 1)), name="pool_pad")(x)
+    x = layers.MaxPooling2D(2, name="pool")(x)
     return keras.Model(inputs, x)
 
 
@@ -208,7 +231,7 @@ def test_compiled_equals_eager_without_graph_breaks():
 
     eager = step(forward)
     torch._dynamo.reset()
-    # fullgraph: a graph break anywhere in the three layers raises.
+    # fullgraph: a graph break anywhere in the layers raises.
     compiled = step(torch.compile(forward, backend="aot_eager",
                                   fullgraph=True))
     for a, b in zip(eager, compiled):
@@ -229,7 +252,7 @@ def test_compiled_fit_equals_eager_fit(policy):
     tol = 1e-4 if policy == "float32" else 2e-2
     rng = np.random.default_rng(10)
     x = rng.normal(size=(16, 8, 8, 3)).astype("float32")
-    y = rng.normal(size=(16, 2, 2, 4)).astype("float32")
+    y = rng.normal(size=(16, 3, 3, 4)).astype("float32")
     results = []
     for jit_compile in (False, True):
         torch._dynamo.reset()
@@ -291,10 +314,12 @@ def _count(layer, x, training=True):
 # counted with torch 2.13 on a CPU, a forward and backward pass of a
 # (4, 9, 9, 8) input. Parameter copies: the kernel into torch's layout and
 # its gradient back; the moving statistics are written in place (`lerp_`,
-# no copy). Keras' own layers, for comparison: Conv2D 71 ops, 6 activation
-# copies; BatchNormalization 177 ops (training), 3 activation copies, 52
-# and 2 (inference); MaxPooling2D 42 ops, 10 activation copies;
-# Activation("relu") 15 ops.
+# no copy); ZeroPadding2D's one activation copy is the pad itself, writing
+# the input into the padded tensor. Keras' own layers, for comparison:
+# Conv2D 71 ops, 6 activation copies; BatchNormalization 177 ops
+# (training), 3 activation copies, 52 and 2 (inference); MaxPooling2D 42
+# ops, 10 activation copies; Activation("relu") 15 ops; ZeroPadding2D 47
+# ops, 3 activation copies (the pad, and its gradient's `clone`).
 BUDGETS = [
     (layers.Conv2D, dict(filters=8, kernel_size=3, padding="same"), True,
      (51, {"parameter": 4})),
@@ -302,6 +327,7 @@ BUDGETS = [
     (layers.BatchNormalization, {}, False, (42, {})),
     (layers.MaxPooling2D, dict(pool_size=3, strides=2), True, (24, {})),
     (layers.Activation, dict(activation="relu"), True, (15, {})),
+    (layers.ZeroPadding2D, dict(padding=1), True, (35, {"activation": 1})),
 ]
 
 
