@@ -106,7 +106,9 @@ def collect(spec, directory, wall_seconds):
     """The record of a finished run, from its `summary.json`, `history.csv`
     and `evals.csv`: final and per-epoch accuracy and loss, the
     evaluations within epochs [(epoch, updates, val_accuracy), ...], and a
-    grown run's batch and B_simple per epoch and its updates; a program's
+    grown run's batch and B_simple per epoch and its updates, the wall time
+    of the invocation that finished it (`wall_seconds`) and the epochs that
+    invocation ran (`epochs_timed`); a program's
     `result.json`; a task's last `RESULT` line (None where it printed
     none)."""
     if "module" in spec:
@@ -132,7 +134,10 @@ def collect(spec, directory, wall_seconds):
         best_val_accuracy=max(float(r["val_accuracy"]) for r in rows),
         images_per_sec_per_epoch=[float(r["images_per_sec"]) for r in rows],
         num_train=summary["num_train"], backend=summary["backend"],
-        updates=summary.get("updates"), wall_seconds=round(wall_seconds, 1))
+        updates=summary.get("updates"), wall_seconds=round(wall_seconds, 1),
+        # The epochs the timed (last) invocation ran: fewer than the run's
+        # where it resumed, and then `wall_seconds` times only that part.
+        epochs_timed=summary.get("epochs_run_now"))
     if rows and "global_batch_size" in rows[0]:
         record["batch_per_epoch"] = [int(float(r["global_batch_size"]))
                                      for r in rows]

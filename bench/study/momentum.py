@@ -92,7 +92,7 @@ def momentum_lines(found):
              f"{', '.join(f'{w:.3g}' for w in plans.MOMENTUM_WARMUPS)} epochs "
              f"on seed {plans.DEPTH_CHOOSE[0]}; "
              f"{found['machine'] or 'no machine yet'}): "
-             + (f"{found['swept']} runs of the sweep so far." if best is None
+             + (f"{found['swept']} run(s) of the sweep so far." if best is None
                 else f"best rate {best[1]:g} at warmup {best[0]:.3g} epochs"
                 + (f", at the sweep's edge ({found['extending_to'][1]:g} "
                    "runs next)." if found["extending_to"] else "."))]

@@ -107,12 +107,18 @@ def runtime_lines(runs, seeds=range(100, 200)):
     """What each configuration's runs on the measuring seeds (`seeds`) took,
     per machine kind, as the records give their wall times (two or more
     runs side by side on a machine, as the study runs them): n, minimum,
-    median and maximum minutes."""
-    groups = {}
+    median and maximum minutes. A run that resumed (its record's
+    `epochs_timed` below its epochs) times only its last invocation: left
+    out, and counted below the table."""
+    groups, resumed = {}, []
     for r in runs:
-        if r["seed"] in seeds and r.get("wall_seconds"):
-            groups.setdefault((r["kind_of_machine"],) + config(r), []).append(
-                r["wall_seconds"] / 60)
+        if r["seed"] not in seeds or not r.get("wall_seconds"):
+            continue
+        if (r.get("epochs_timed") or r["epochs"]) < r["epochs"]:
+            resumed.append(r)
+            continue
+        groups.setdefault((r["kind_of_machine"],) + config(r), []).append(
+            r["wall_seconds"] / 60)
     lines = ["| machine | network | kind | optimizer | epochs | batch | rate | "
              "variant | n | minutes: min / median / max |",
              "|" + "---|" * 10]
@@ -123,4 +129,7 @@ def runtime_lines(runs, seeds=range(100, 200)):
                      f"{batch:,} | {rate:g} | {variant or ''} | {len(m)} | "
                      f"{min(m):.1f} / {statistics.median(m):.1f} / "
                      f"{max(m):.1f} |")
+    if resumed:
+        lines += ["", f"Left out: {len(resumed)} run(s) that resumed after a "
+                  "stop, whose records time only the last invocation."]
     return lines

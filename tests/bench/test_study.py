@@ -602,3 +602,34 @@ def test_the_default_row_is_the_plans_rate_10_run_at_4096():
         spec, kind_of_machine=CPU_TF, record="r", val_accuracy=0.9,
         train_loss_per_epoch=[1.0], evals=[[0, 80, 0.95]])])
     assert [c["seed"] for c in found["default"]["choosing"]] == [100]
+
+
+def test_a_resumed_run_is_left_out_of_the_runtimes_and_counted():
+    """A run's record times its last invocation only: one that resumed
+    (`epochs_timed` below its epochs) would show a part of the run as all
+    of it."""
+    from bench.study import tables
+
+    def run(seed, wall, timed):
+        return dict(kind_of_machine="CPU VM / TensorFlow", workload="w",
+                    kind="fixed", optimizer="sgd", epochs=12, batch=4096,
+                    rate=0.4, variant=None, seed=seed, wall_seconds=wall,
+                    epochs_timed=timed)
+
+    lines = tables.runtime_lines([run(100, 600, 12), run(101, 1200, 12),
+                                  run(102, 60, 1), run(103, 900, None)])
+    [row] = [x for x in lines if x.startswith("| CPU VM")]
+    assert row.endswith("| 3 | 10.0 / 15.0 / 20.0 |")  # 102 left out
+    assert lines[-1] == ("Left out: 1 run(s) that resumed after a stop, "
+                         "whose records time only the last invocation.")
+
+
+def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"val_accuracy": 0.9, "num_train": 8, "backend": "jax",
+         "epochs_run_now": 2}))
+    (tmp_path / "history.csv").write_text(
+        "epoch,images_per_sec,loss,val_accuracy,val_loss\n"
+        "0,10,1.0,0.5,1.1\n1,10,0.9,0.6,1.0\n2,10,0.8,0.9,0.9\n")
+    record = runspec.collect({"epochs": 3}, str(tmp_path), 12.34)
+    assert (record["epochs_timed"], record["wall_seconds"]) == (2, 12.3)
