@@ -116,6 +116,30 @@ def test_the_lock_dies_with_its_holder_and_refuses_a_second_opener(
         taken.release()
 
 
+def test_a_file_system_without_flock_runs_unlocked_saying_so_once(
+        tmp_path, monkeypatch, capsys):
+    """The lock knows nothing of the command: it says why the folder is
+    unlocked, and the command prints that line, naming itself, on stderr."""
+    import errno
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(lock.fcntl, "flock", no_flock)
+    folder = str(tmp_path / "run")
+    taken = lock.acquire(folder)
+    taken.release(remove_if_empty=True)
+    assert taken.unlocked == (f"{folder} is not locked: its file system has "
+                              "no flock (No locks available); make sure no "
+                              "other run uses this folder")
+    # Refused after the lock is taken: more images than digits has.
+    assert _run(f"--model_dir={folder}", "--global_batch_size=65536") == 2
+    unlocked, refused = _ours(capsys.readouterr().err)
+    assert unlocked == f"{PROG}: {taken.unlocked}"
+    assert refused.startswith(f"{PROG}: error: `global_batch_size` is larger")
+    assert not os.path.exists(folder)  # Made for the lock: gone again.
+
+
 def test_ctrl_c_exits_130_in_one_line_saying_where_it_resumes(
         small, tmp_path, capsys):
     model_dir = tmp_path / "run"
