@@ -24,7 +24,6 @@ from keras_largebatch._shared import check_int
 from keras_largebatch._shared import write_json
 from keras_largebatch.train import PROG
 from keras_largebatch.train import checkpointing
-from keras_largebatch.train.recipe import rates
 from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.outputs import exported
 from keras_largebatch.train.outputs import files
@@ -142,8 +141,7 @@ def summarize(config, run, history, val_metrics, throughput, previous,
         "image_size": run.spec.image_size,
         "optimizer": optimizer,
         "peak_learning_rate": run.schedule.peak,
-        "lr_rule": rates.lr_rule(optimizer,
-                                  config.learning_rate.lr_scaling),
+        "lr_rule": run.schedule.rule,
         "warmup_epochs": run.schedule.warmup_epochs,
         "precision": run.precision,
         "backend": keras.backend.backend(),

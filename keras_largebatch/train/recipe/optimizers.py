@@ -24,10 +24,13 @@ def compile_run(model, optimization, schedule, gradient_accumulation_steps,
         optimization.momentum, optimization.eta, optimization.weight_decay,
         gradient_accumulation_steps, nesterov=optimization.nesterov)
     compile_model(model, optimizer, optimization.label_smoothing, top5=top5)
-    if not optimizer.built:
-        optimizer.build(model.trainable_variables)
+    # What compile made of it: under mixed_float16, Keras may wrap it in a
+    # LossScaleOptimizer, whose state the checkpoints hold too.
+    compiled = model.optimizer
+    if not compiled.built:
+        compiled.build(model.trainable_variables)
     if noise_scale:
-        _check_noise_scale(optimizer, strategy, gradient_accumulation_steps)
+        _check_noise_scale(compiled, strategy, gradient_accumulation_steps)
     return model
 
 

@@ -43,12 +43,15 @@ class Schedule:
         learning_rate: the Keras schedule (warmup, polynomial decay).
         raise_message: the line that says how raising `--epochs` on
             resume stretches the schedule; None when it is not raised.
+        rule: the rule that gave the peak, `--lr_scaling` resolved
+            (`lr_rule`).
     """
 
     peak: float
     warmup_epochs: float
     learning_rate: object
     raise_message: str = None
+    rule: str = None
 
 
 def plan(learning_rate, training, optimizer, steps_per_epoch,
@@ -80,7 +83,8 @@ def plan(learning_rate, training, optimizer, steps_per_epoch,
     if raised:
         message = raise_message(resuming, planned(resuming.epochs_before),
                                 rate, steps_per_epoch)
-    return Schedule(peak, warmup, rate, message)
+    return Schedule(peak, warmup, rate, message,
+                    lr_rule(optimizer, lr.lr_scaling))
 
 
 def raise_message(resume, old_schedule, new_schedule, steps_per_epoch):

@@ -1,5 +1,7 @@
 """The recipe: learning-rate scaling, schedule, optimizers, model, weights."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -199,3 +201,27 @@ def test_lamb_optimizers_are_built_with_sqrt_scaling(name, cls):
     assert rates.peak_learning_rate(name, 0.0, 1024) == pytest.approx(0.004)
     with pytest.raises(ValueError, match="optimizer=" + name):
         rates.peak_learning_rate(name, 0.0, 1024, scaling="mlperf")
+
+
+def test_compile_run_builds_the_optimizer_compile_made_and_the_rule():
+    """Under mixed_float16 Keras wraps SGD in a LossScaleOptimizer at
+    compile: its state (the loss scale, the inner momenta) is what the
+    first checkpoint holds, so that is what must be built; the schedule
+    carries the rule that gave its peak."""
+    from keras_largebatch.train.config import RunConfig
+
+    config = RunConfig.default()
+    optimization = dataclasses.replace(config.optimization, optimizer="sgd")
+    training = dataclasses.replace(config.training, global_batch_size=512)
+    schedule = rates.plan(config.learning_rate, training, "sgd", 10)
+    assert schedule.rule == "linear"
+    assert schedule.peak == pytest.approx(0.1 * 512 / 256)
+    previous = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        optimizers.compile_run(model, optimization, schedule, 1)
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert model.optimizer.built and model.optimizer.inner_optimizer.built
