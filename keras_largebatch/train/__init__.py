@@ -6,7 +6,8 @@
                     the typed `RunConfig`, the rules, `parse` and `resolve`
                     (default < recorded run < command line), older runs
     run/            the driver (place, prepare, train or evaluate), devices
-                    and processes, fit's callbacks, divergence, Ctrl-C, the banner
+                    and processes, fit's callbacks, divergence, Ctrl-C, the
+                    banner
     recipe/         the network, learning rate, optimizer and precision
     data/           the data sets, their loaders, augmentation and pipelines
     checkpointing/  the checkpoints and the run folder's lock; takes what it

@@ -1,17 +1,17 @@
 """Writing a checkpoint file, checking one read back, removing litter.
 
 Every checkpoint goes through `save`: it refuses non-finite weights
-(`Diverged`, the error `run.divergence` also raises), makes a weights file in memory and checks the
-free space for it, writes it to a temporary name in the same folder and
-renames it into place (`_shared.atomic_path`, which removes the
-temporary on failure), and returns the file's `fingerprint`, its size
-and CRC-32, which the pointer naming it records. A write that fails (a
-full disk, an I/O error) raises `SaveError`: one line naming the folder
-and the bytes needed; the previous checkpoint is left whole. `check`
-says why a file does not load whole, or None: against its fingerprint,
-or (a file written before fingerprints) by reading every dataset of its
-HDF5 file. `tidy` removes what a killed run left.
-"""
+(`Diverged`, the error `run.divergence` also raises), makes a weights
+file in memory and checks the free space for it, writes it to a
+temporary name in the same folder and renames it into place
+(`_shared.atomic_path`, which removes the temporary on failure), and
+returns the file's `fingerprint`, its size and CRC-32, which the pointer
+naming it records. A write that fails (a full disk, an I/O error) raises
+`SaveError`: one line naming the folder and the bytes needed; the
+previous checkpoint is left whole. `check` says why a file does not load
+whole, or None: against its fingerprint, or (a file written before
+fingerprints) by reading every dataset of its HDF5 file. `tidy` removes
+what a killed run left."""
 
 import errno
 import io

@@ -21,8 +21,8 @@ batch's end of that epoch.
 The weights are the model's float variables and its optimizer's (momenta,
 the float32 masters of a mixed optimizer), not the loss scale
 (`checkpointing.files.nonfinite_variables`, which every checkpoint's save
-calls first, raising `Diverged` where it is not empty). The driver (`driver.py`) prints the
-`Diverged` line and exits with `EXIT_CODE` (3).
+calls first, raising `Diverged` where it is not empty). The driver
+(`driver.py`) prints the `Diverged` line and exits with `EXIT_CODE` (3).
 """
 
 import math
