@@ -1,7 +1,10 @@
 """The `keras-largebatch-train` command, a room per concept:
 
-    cli.py          the one door (`run()`): `--help` (`help_page.py`, generated)
-                    and the backend check before Keras is imported
+    cli.py          the one door (`run()`): `--help` (`config/help.txt`,
+                    generated) and the backend check before Keras is
+                    imported
+    main.py         the driver's old address (`main.main`, `main.parse`),
+                    kept for code written against it; no logic of its own
     config/         the flags: one table (the one source of every default),
                     the typed `RunConfig`, the rules, `parse` and `resolve`
                     (default < recorded run < command line), older runs

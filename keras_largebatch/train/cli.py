@@ -2,8 +2,9 @@
 what it answers before Keras is imported.
 
 Importing Keras fails with a long traceback where its chosen backend is
-not installed (`_backend`). So `run()` answers `--help` from `help_page`
-(the text `config.help.help_text` renders, kept equal to it by a test;
+not installed (`_backend`). So `run()` answers `--help` from
+`config/help.txt` (the text `config.help.help_text` renders, written by
+`config.help.write_help_page()`, kept equal to it by a test;
 the flag table itself takes its choices from registries that import
 Keras: the adaptive batch's rules, the data sets) and checks that the
 chosen backend is installed, both without Keras, before handing the
@@ -25,6 +26,7 @@ from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
 
 HELP = ("--help", "-help", "-h", "-?", "--helpshort")
+HELP_PAGE = os.path.join(os.path.dirname(__file__), "config", "help.txt")
 
 
 def run(argv=None):
@@ -42,13 +44,18 @@ def end(code):
     sys.exit(code)
 
 
+def saved_help():
+    """`--help`'s text, from `config/help.txt`: read as a file, for the
+    `config` package imports Keras."""
+    with open(HELP_PAGE, encoding="utf-8") as f:
+        return f.read()
+
+
 def main(argv):
     """`--help`, or the backend check, then the driver's `main(argv)`;
     returns the exit code."""
     if any(a in HELP for a in argv[1:]):
-        from keras_largebatch.train import help_page
-
-        print(help_page.TEXT)
+        print(saved_help(), end="")
         return 0
     problem = _backend.missing()
     if problem:

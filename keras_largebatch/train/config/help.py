@@ -1,5 +1,5 @@
 """The flags of `table.TABLE` for a reader: `help_text`, the command's
-`--help` (kept in `train/help_page.py` for a Python without Keras:
+`--help` (kept in `config/help.txt` for a Python without Keras:
 `write_help_page`), and `markdown`, the flag table of docs/training.md (a
 test compares the two), which
 
@@ -64,19 +64,8 @@ def markdown():
 
 
 def write_help_page():
-    """Writes `train/help_page.py` from `help_text` (`cli` prints it
-    without importing Keras)."""
-    text = help_text(PROG)
-    quoted = (f'"""\\\n{text}"""' if '"""' not in text
-              and "\\" not in text else repr(text))
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                        "help_page.py")
-    with open(path, "w") as f:
-        f.write('"""`keras-largebatch-train --help`, written by '
-                '`config.help.write_help_page()`\nfrom `help_text` (a test '
-                'keeps the two equal): no Keras needed."""\n\n'
-                f"TEXT = {quoted}\n")
-
-
-if __name__ == "__main__":
-    print(markdown(), end="")
+    """Writes `config/help.txt` from `help_text` (`cli` prints it without
+    importing Keras)."""
+    path = os.path.join(os.path.dirname(__file__), "help.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(help_text(PROG) + "\n")

@@ -22,8 +22,6 @@ import dataclasses
 import functools
 import math
 
-import keras
-
 from keras_largebatch._shared import require
 from keras_largebatch.train.data import augment
 from keras_largebatch.train.data import augment_numpy
@@ -72,14 +70,14 @@ def load_for(data, network, seed):
     """The `DataSpec` of `data.dataset` at the input size of
     `network.model` (see `recipe.models.image_size_for`), split by `seed`; raises
     `DataError`."""
-    size = models.image_size_for(network.model,
-                                 registry.native_size(data.dataset),
+    dataset = registry.get(data.dataset)
+    size = models.image_size_for(network.model, dataset.native_size,
                                  data.image_size)
-    return registry.load(
-        data.dataset, size, data.data_dir, data.num_classes, seed,
-        data.check_images, models.input_channels(network.model),
+    return dataset.load(registry.Request(
+        size, data.data_dir, data.num_classes, seed, data.check_images,
+        models.input_channels(network.model),
         (data.num_train_examples, data.num_validation_examples),
-        network.init_weights)
+        network.init_weights))
 
 
 def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
@@ -105,6 +103,9 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
     `--gradient_accumulation_steps` cannot split, and precise BN over
     several processes.
     """
+    dataset = registry.get(data.dataset)
+    pipeline = dataset.pipeline_for(data.input_pipeline)
+    policy = dataset.augment_for(data.augment)
     drop = devices.replicas > 1
     _check_batch(training, spec, devices, precise_bn_batches, drop)
     step_batch = (training.global_batch_size
@@ -112,17 +113,17 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
     steps = training.steps_per_epoch or (
         spec.num_train // step_batch if drop
         else math.ceil(spec.num_train / step_batch))
-    pipeline = resolve_input_pipeline(data.input_pipeline, data.dataset)
-    build = _builder(pipeline, data, seed, spec, devices, step_batch, drop)
+    make_batches = _batch_maker(pipeline, policy, seed, spec, devices,
+                                step_batch, drop)
     first = min(initial_epoch, training.epochs - 1)
     saved = position.data if position is not None else {}
-    build_train = build
+    make_train = make_batches
     if pipeline == "grain" and saved:
         first = saved["start_epoch"]
     elif pipeline != "grain" and position is not None:
-        build_train = functools.partial(
-            build, initial_step=position.micro_batches)
-    train, validation = build_train(
+        make_train = functools.partial(
+            make_batches, initial_step=position.micro_batches)
+    train, validation = make_train(
         seed, steps_per_epoch=training.steps_per_epoch or None,
         epochs=training.epochs, initial_epoch=first)
     if pipeline == "grain" and (resumable or saved):
@@ -130,30 +131,23 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
                                          saved.get("grain_state"))
 
     def bn_batches(epoch):
-        return build(seed + 1, drop_remainder=True,
-                     steps_per_epoch=precise_bn_batches, epochs=epoch + 1,
-                     initial_epoch=epoch)[0]
+        return make_batches(seed + 1, drop_remainder=True,
+                            steps_per_epoch=precise_bn_batches,
+                            epochs=epoch + 1, initial_epoch=epoch)[0]
 
     return Inputs(train, validation, steps, step_batch, pipeline,
                   bn_batches)
 
 
 def resolve_input_pipeline(input_pipeline, dataset):
-    """`--input_pipeline` resolved: `auto` is tf.data on the TensorFlow
-    backend and for data sets Grain cannot read (TFRecords), Grain
-    elsewhere."""
-    if input_pipeline != "auto":
-        return input_pipeline
-    if (keras.backend.backend() == "tensorflow"
-            or "grain" not in registry.get(dataset).pipelines):
-        return "tf_data"
-    return "grain"
+    """`--input_pipeline` resolved for the data set called `dataset`
+    (`registry.Dataset.pipeline_for`)."""
+    return registry.get(dataset).pipeline_for(input_pipeline)
 
 
-def _builder(pipeline, data, seed, spec, devices, step_batch, drop):
-    """`build(seed, **overrides) -> (train, validation)` of `pipeline`
-    (augmented with `seed`)."""
-    policy = registry.augment_policy(data.augment, data.dataset)
+def _batch_maker(pipeline, policy, seed, spec, devices, step_batch, drop):
+    """`make(order_seed, **overrides) -> (train, validation)`: the batches
+    of `pipeline`, augmented by `policy` with `seed`."""
     kwargs = dict(drop_remainder=drop, process_index=devices.process_index,
                   process_count=devices.process_count)
     if pipeline == "grain":
@@ -164,11 +158,11 @@ def _builder(pipeline, data, seed, spec, devices, step_batch, drop):
         augmenter = augment.build(policy, spec.image_size, seed)
         batches = tf_pipeline.batch
 
-    def build(order_seed, **overrides):
+    def make(order_seed, **overrides):
         return batches(spec, step_batch, augmenter, order_seed,
                        **dict(kwargs, **overrides))
 
-    return build
+    return make
 
 
 def _check_batch(training, spec, devices, precise_bn_batches,

@@ -4,17 +4,19 @@
 what `--augment=auto` means for it, the input pipelines that read it, what
 it needs installed and its line in the flag's help. From it come
 `--dataset`'s choices and help (`config/table.py`), the input size of
-`resnet_cifar` (`recipe.models.image_size_for`), the augmentation (`augment_policy`),
-the pipeline of `--input_pipeline=auto` (`data.resolve_input_pipeline`), the
-error for an unknown name (`load`) and the table in docs/training.md
-(`markdown`). Adding a data set is one entry here and its loader in
-`loaders.py`:
+`resnet_cifar` (`recipe.models.image_size_for`), the augmentation
+(`Dataset.augment_for`), the pipeline of `--input_pipeline=auto`
+(`Dataset.pipeline_for`), the error for an unknown name (`get`) and the
+table in docs/training.md (`markdown`). Adding a data set is one entry here
+and its loader in `loaders.py`:
 
     Dataset("kmnist", lambda r: loaders.load_kmnist(r.image_size, r.channels),
             native_size=28, augment="light", needs="...", help="...")
 """
 
 import dataclasses
+
+import keras
 
 from keras_largebatch.train.data import loaders
 from keras_largebatch.train.data.spec import DataError
@@ -61,6 +63,21 @@ class Dataset:
     augment: str = "crop_flip"
     pipelines: tuple = ("tf_data", "grain")
     needs: str = ""
+
+    def augment_for(self, augment):
+        """`--augment`, with `auto` resolved for this data set."""
+        return self.augment if augment == "auto" else augment
+
+    def pipeline_for(self, input_pipeline):
+        """`--input_pipeline` resolved: `auto` is tf.data on the
+        TensorFlow backend and where Grain cannot read this data set
+        (TFRecords), Grain elsewhere."""
+        if input_pipeline != "auto":
+            return input_pipeline
+        if (keras.backend.backend() == "tensorflow"
+                or "grain" not in self.pipelines):
+            return "tf_data"
+        return "grain"
 
 
 def _keras_dataset(name):
@@ -142,8 +159,9 @@ def native_size(name):
 
 
 def augment_policy(augment, name):
-    """`--augment`, with `auto` resolved for the data set `name`."""
-    return get(name).augment if augment == "auto" else augment
+    """`--augment`, with `auto` resolved for the data set `name`
+    (`Dataset.augment_for`)."""
+    return get(name).augment_for(augment)
 
 
 def flag_help():

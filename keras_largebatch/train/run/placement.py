@@ -113,7 +113,7 @@ def _torch_processes(placement):
         raise ValueError(
             "`distribution=data_parallel` on the torch backend runs under "
             "torchrun (`torchrun --nproc_per_node=N -m "
-            "keras_largebatch.train.run.driver ...`), which sets RANK and "
+            "keras_largebatch.train.cli ...`), which sets RANK and "
             "WORLD_SIZE; use --distribution=none for one process. "
             "Received: WORLD_SIZE=None")
     gpu = keras.distribution.list_devices()[0].startswith("gpu")
