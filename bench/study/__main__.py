@@ -112,7 +112,11 @@ def _recheck(p, args):
         rows = recheck.rerun(spec, run, args.epochs, args.work_dir)
     except (ValueError, RuntimeError) as e:
         p.exit(2, f"{p.prog} recheck: error: {e}\n")
-    print("\n".join(recheck.lines(run, recheck.compare(run, rows))))
+    compared = recheck.compare(run, rows)
+    print("\n".join(recheck.lines(run, compared)))
+    path = recheck.record(recheck.result(args.plan, args.key, run, compared,
+                                         args.epochs), args.results)
+    print(f"recorded in {path}")
     return 0
 
 

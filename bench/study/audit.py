@@ -85,3 +85,29 @@ def audit_lines(entries, alpha=ALPHA):
            "; none sets runs of different named commits against each "
            "other") + ".")
     return lines
+
+
+def recheck_lines(rechecks):
+    """One line on `rechecks.json` (`recheck.record`): the recorded runs
+    whose first epochs ran again at later code, each with both commits and
+    whether every value came out identical."""
+    if not rechecks:
+        return []
+
+    def commit(c):
+        return (c or "no commit")[:7]
+
+    each = []
+    for r in rechecks:
+        worst = max(r["compared"], key=lambda c: abs(c["difference"]))
+        outcome = ("identical" if r["identical"] else
+                   f"differs, {worst['field']} of epoch {worst['epoch']} by "
+                   f"{worst['difference']:+.3g}")
+        each.append(f"`{r['key']}` ({r['plan']}, {r['epochs']} epochs, "
+                    f"{commit(r['recorded']['commit'])} -> "
+                    f"{commit(r['code']['commit'])}): {outcome}")
+    same = sum(r["identical"] for r in rechecks)
+    return [f"- **Rechecks** (`python -m bench.study recheck`): "
+            f"{len(rechecks)} recorded runs ran their first epochs again at "
+            f"later code on their record's machine kind; {same} came out "
+            "identical, epoch by epoch: " + "; ".join(each) + "."]

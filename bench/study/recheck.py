@@ -8,11 +8,14 @@ The run's own command line (`runspec.command_line` of its plan's spec) runs in a
 fresh folder until its `history.csv` holds `--epochs` rows, then is
 stopped: the schedule is the recorded run's, not one of fewer epochs.
 Bit-identical reruns hold on one machine kind and backend (not across CPU
-models), so the rows also give the record's machine and commit."""
+models), so the rows also give the record's machine and commit. Each
+recheck is kept in `bench/results/rechecks.json` (`record`), which the
+study's page counts."""
 
 import csv
 import math
 import os
+import shlex
 import time
 
 from bench.core import pool
@@ -114,3 +117,28 @@ def lines(run, compared):
             f"{worst['difference']:+.3g}"
             + ("" if math.isfinite(worst["difference"]) else " (not finite)")]
     return out
+
+
+def result(plan, key, run, compared, epochs):
+    """A recheck's record: the run (`plan`, `key`), the record's machine
+    and commit, this rerun's stamp (machine, host, time, code), its
+    command, each compared value and whether all are identical."""
+    code = run.get("code") or {}
+    backend = run.get("run_backend") or run.get("backend")
+    return dict(
+        plan=plan, key=key, epochs=epochs,
+        recorded=dict(machine=run.get("machine"), commit=code.get("commit"),
+                      dirty=bool(code.get("dirty"))),
+        **provenance.stamp({"run_backend": backend}),
+        command=(f"python -m bench.study recheck {plan} {shlex.quote(key)} "
+                 f"--epochs {epochs}"),
+        identical=all(c["difference"] == 0 for c in compared),
+        compared=compared)
+
+
+def record(found, results=records.RESULTS):
+    """Adds `found` (a `result`) to `rechecks.json` under `results`;
+    returns its path."""
+    path = os.path.join(results, "rechecks.json")
+    records.save(path, records.load(path) + [found])
+    return path

@@ -307,6 +307,14 @@ def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
     assert [c["field"] for c in compared] == ["val_accuracy", "val_loss", "loss"]
     assert recheck.lines(fixed, compared)[-1] == (
         "identical to the record, epoch by epoch")
+    # Kept beside the records, with both commits and the command.
+    path = recheck.record(recheck.result("smoke", key, fixed, compared, 1),
+                          str(results))
+    (kept,) = records.load(path)
+    assert kept["identical"] and kept["key"] == key
+    assert kept["recorded"]["commit"] == fixed["code"]["commit"]
+    assert kept["code"]["commit"] == fixed["code"]["commit"]
+    assert kept["command"].startswith("python -m bench.study recheck smoke '")
     # The same folder again would resume, not rerun: refused.
     with pytest.raises(ValueError, match="would be resumed"):
         recheck.rerun(spec, fixed, 1, str(tmp_path / "again"))
