@@ -224,6 +224,23 @@ def test_the_audit_counts_verdicts_and_marks_those_holm_undoes():
     assert "the arms of 1 ran different commits" in lines[1]
 
 
+def test_the_page_lists_each_recheck_with_both_commits():
+    def kept(key, differences):
+        return {"plan": "ramps", "key": key, "epochs": len(differences),
+                "recorded": {"commit": "a" * 40}, "code": {"commit": "b" * 40},
+                "identical": not any(differences),
+                "compared": [{"epoch": i, "field": "loss", "difference": d}
+                             for i, d in enumerate(differences)]}
+
+    assert audit.recheck_lines([]) == []
+    (line,) = audit.recheck_lines([kept("k1", [0.0, 0.0]),
+                                   kept("k2", [0.0, -2.5e-4])])
+    assert "2 recorded runs" in line and "1 came out identical" in line
+    assert "`k1` (ramps, 2 epochs, aaaaaaa -> bbbbbbb): identical" in line
+    assert "`k2` (ramps, 2 epochs, aaaaaaa -> bbbbbbb): differs, loss of " \
+        "epoch 1 by -0.00025" in line
+
+
 def test_a_record_names_its_commit_tree_and_versions():
     code = provenance.code("jax")
     assert code["commit"] is None or re.fullmatch(r"[0-9a-f]{40}",
