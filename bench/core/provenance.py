@@ -1,9 +1,12 @@
 """Where, when and with what code a measurement ran: the machine stamp
 every record and benchmark writes (`machine`), the kind of machine and
-backend that arms of one comparison must share (`machine_kind`), and the
-commit and versions of the code (`code`)."""
+backend that arms of one comparison must share (`machine_kind`), the
+commit and versions of the code (`code`), and the processor and boot a
+run ended on (`processor`): float results repeat bit for bit on one
+processor model, not across them."""
 
 import datetime
+import hashlib
 import os
 import platform
 import subprocess
@@ -57,6 +60,32 @@ def machine(backend=None):
     return f"{where} ({software}), {datetime.date.today().isoformat()}"
 
 
+def processor():
+    """{'cpu': the processor's model name and a digest of its instruction
+    set flags ('AMD EPYC, flags 3f2a9c1b'), 'boot': this boot's id (a VM
+    started anew has a new one)}, from Linux's /proc; '' where unreadable.
+    Two runs on one `machine_kind` may still differ in the last bits where
+    these differ (other kernels chosen for other instructions)."""
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    info = read("/proc/cpuinfo")
+    field = {}
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        field.setdefault(key.strip(), value.strip())
+    flags = " ".join(sorted(field.get("flags", "").split()))
+    cpu = field.get("model name", "")
+    if cpu and flags:
+        cpu += ", flags " + hashlib.sha256(flags.encode()).hexdigest()[:8]
+    return dict(cpu=cpu,
+                boot=read("/proc/sys/kernel/random/boot_id").strip())
+
+
 def machine_kind(stamp):
     """The kind of machine and backend a stamp names: 'H100 / JAX',
     'H200 / JAX', 'CPU VM / TensorFlow', ...: arms are compared within one."""
@@ -98,7 +127,7 @@ def code(backend=None):
 
 def stamp(spec):
     """Where, when and with what code a run ended: its machine
-    (`machine`), host, time, and `code`."""
+    (`machine`), host, time, `code`, and `processor`'s cpu and boot."""
     backend = spec.get("run_backend")
     return dict(machine=machine(backend), host=platform.node(),
-                finished=now(), code=code(backend))
+                finished=now(), code=code(backend), **processor())

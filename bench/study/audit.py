@@ -95,15 +95,23 @@ def recheck_lines(rechecks):
         return []
 
     def commit(c):
-        return (c or "no commit")[:7]
+        return c[:7] if c else "no commit"
 
     each = []
     for r in rechecks:
         worst = max(r["compared"], key=lambda c: abs(c["difference"]))
+        recorded = r["recorded"]
         outcome = ("identical" if r["identical"] else
                    f"differs, {worst['field']} of epoch {worst['epoch']} by "
-                   f"{worst['difference']:+.3g}")
-        each.append(f"`{r['key']}` ({r['plan']}, {r['epochs']} epochs, "
+                   f"{worst['difference']:+.3g}; recorded "
+                   f"{(recorded.get('machine') or '?').rsplit(', ', 1)[-1]} "
+                   + ("on the same processor and boot"
+                      if recorded.get("boot") == r.get("boot")
+                      and recorded.get("boot") else
+                      "on another boot" if recorded.get("boot") else
+                      "before records named their processor"))
+        epochs = f"{r['epochs']} epoch" + ("s" if r["epochs"] != 1 else "")
+        each.append(f"`{r['key']}` ({r['plan']}, {epochs}, "
                     f"{commit(r['recorded']['commit'])} -> "
                     f"{commit(r['code']['commit'])}): {outcome}")
     same = sum(r["identical"] for r in rechecks)

@@ -7,8 +7,10 @@ what this code does?
 The run's own command line (`runspec.command_line` of its plan's spec) runs in a
 fresh folder until its `history.csv` holds `--epochs` rows, then is
 stopped: the schedule is the recorded run's, not one of fewer epochs.
-Bit-identical reruns hold on one machine kind and backend (not across CPU
-models), so the rows also give the record's machine and commit. Each
+Bit-identical reruns hold on one processor model and backend (not across
+CPU models, which one machine kind may span), so the rows also give the
+record's machine, commit, processor and boot (`provenance.processor`,
+stamped since 2026-11-29 midday). Each
 recheck is kept in `bench/results/rechecks.json` (`record`), which the
 study's page counts."""
 
@@ -100,12 +102,16 @@ def lines(run, compared):
     difference; with the record's machine and commit against this tree's."""
     code = run.get("code") or {}
     here = provenance.code(run.get("run_backend") or run.get("backend"))
+    cpu = provenance.processor()
     out = [f"record: {run.get('machine', '?')}, commit "
            f"{code.get('commit') or 'not recorded'}"
-           + (" (dirty)" if code.get("dirty") else ""),
+           + (" (dirty)" if code.get("dirty") else "")
+           + f"; cpu {run.get('cpu') or 'not recorded'}, boot "
+           f"{run.get('boot') or 'not recorded'}",
            f"now:    {provenance.machine(run.get('run_backend') or run.get('backend'))}"
            f", commit {here['commit'] or '?'}"
-           + (" (dirty)" if here["dirty"] else ""), "",
+           + (" (dirty)" if here["dirty"] else "")
+           + f"; cpu {cpu['cpu'] or '?'}, boot {cpu['boot'] or '?'}", "",
            "| epoch | field | recorded | now | now - recorded |",
            "|---|---|---|---|---|"]
     out += [f"| {c['epoch']} | {c['field']} | {c['recorded']:.6g} | "
@@ -128,7 +134,8 @@ def result(plan, key, run, compared, epochs):
     return dict(
         plan=plan, key=key, epochs=epochs,
         recorded=dict(machine=run.get("machine"), commit=code.get("commit"),
-                      dirty=bool(code.get("dirty"))),
+                      dirty=bool(code.get("dirty")), cpu=run.get("cpu"),
+                      boot=run.get("boot")),
         **provenance.stamp({"run_backend": backend}),
         command=(f"python -m bench.study recheck {plan} {shlex.quote(key)} "
                  f"--epochs {epochs}"),

@@ -2,6 +2,7 @@
 machine kind, the report's pairs), ramps written without peeking, the
 Holm count over the page's verdicts, and records that name their code."""
 
+import os
 import re
 
 from bench.core import provenance
@@ -227,18 +228,22 @@ def test_the_audit_counts_verdicts_and_marks_those_holm_undoes():
 def test_the_page_lists_each_recheck_with_both_commits():
     def kept(key, differences):
         return {"plan": "ramps", "key": key, "epochs": len(differences),
-                "recorded": {"commit": "a" * 40}, "code": {"commit": "b" * 40},
+                "recorded": {"commit": "a" * 40, "machine": "CPU, 2026-11-28"},
+                "code": {"commit": "b" * 40},
                 "identical": not any(differences),
                 "compared": [{"epoch": i, "field": "loss", "difference": d}
                              for i, d in enumerate(differences)]}
 
     assert audit.recheck_lines([]) == []
+    unnamed = dict(kept("k3", [0.0]), recorded={"commit": None})
     (line,) = audit.recheck_lines([kept("k1", [0.0, 0.0]),
-                                   kept("k2", [0.0, -2.5e-4])])
-    assert "2 recorded runs" in line and "1 came out identical" in line
+                                   kept("k2", [0.0, -2.5e-4]), unnamed])
+    assert "3 recorded runs" in line and "2 came out identical" in line
+    assert "`k3` (ramps, 1 epoch, no commit -> bbbbbbb): identical" in line
     assert "`k1` (ramps, 2 epochs, aaaaaaa -> bbbbbbb): identical" in line
     assert "`k2` (ramps, 2 epochs, aaaaaaa -> bbbbbbb): differs, loss of " \
-        "epoch 1 by -0.00025" in line
+        "epoch 1 by -0.00025; recorded 2026-11-28 before records named " \
+        "their processor" in line
 
 
 def test_a_record_names_its_commit_tree_and_versions():
@@ -248,4 +253,11 @@ def test_a_record_names_its_commit_tree_and_versions():
     assert isinstance(code["dirty"], bool)
     assert set(code["versions"]) == {"keras-largebatch", "keras", "jax"}
     assert code["versions"]["keras"]
-    assert provenance.stamp({"run_backend": "jax"})["code"] == code
+    stamp = provenance.stamp({"run_backend": "jax"})
+    assert stamp["code"] == code
+    # The processor and boot: bit-identical reruns hold on one processor.
+    here = provenance.processor()
+    assert stamp["cpu"] == here["cpu"] and stamp["boot"] == here["boot"]
+    if os.path.exists("/proc/cpuinfo"):
+        assert re.fullmatch(r".+, flags [0-9a-f]{8}", here["cpu"])
+        assert re.fullmatch(r"[0-9a-f-]{36}", here["boot"])
