@@ -69,3 +69,7 @@ def write_help_page():
     path = os.path.join(os.path.dirname(__file__), "help.txt")
     with open(path, "w", encoding="utf-8") as f:
         f.write(help_text(PROG) + "\n")
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

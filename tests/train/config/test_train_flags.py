@@ -6,6 +6,8 @@ import inspect
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 from absl import flags as absl_flags
@@ -30,6 +32,14 @@ def test_docs_hold_the_table_as_the_code_prints_it():
     assert shown == flags.markdown(), (
         "docs/training.md's flag table is stale: paste the output of "
         "`python -m keras_largebatch.train.config.help` between its markers")
+
+
+def test_the_help_module_prints_the_docs_table():
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_largebatch.train.config.help"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == flags.markdown()
 
 
 def test_parser_resume_and_run_config_come_from_the_table():
