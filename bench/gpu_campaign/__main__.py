@@ -244,7 +244,7 @@ def run_c(args, left, env, c):
         lines.append(line)
         print(f"c {line}", flush=True)
 
-    pool.run(plan.all_specs, path, os.path.join(args.work_dir, plan.name),
+    pool.run(plan.specs_here, path, os.path.join(args.work_dir, plan.name),
                args.study_workers,
                0 if left == float("inf") else max(left - 20, 1),
                args.data_dir, log=log, env=env)
@@ -252,7 +252,7 @@ def run_c(args, left, env, c):
     done = {runspec.run_key(r) for r in runs}
     return dict(c, plan=plan.name, record=plan.record, lines=lines,
                 complete=all(runspec.run_key(s) in done
-                             for s in plan.all_specs(runs)))
+                             for s in plan.specs_here(runs)))
 
 
 def main(argv=None):

@@ -79,7 +79,7 @@ def main(argv=None):
             failed = {runspec.run_key(x)
                       for x in records.failures(plan.path(args.results))}
             done = {runspec.run_key(x) for x in runs} | failed
-            keys = [runspec.run_key(s) for s in plan.all_specs(runs)]
+            keys = [runspec.run_key(s) for s in plan.specs_here(runs)]
             left = sum(k not in done for k in keys)
             print(f"{plan.name:14s} {len(keys) - left:4d} done {left:4d} left"
                   f"  {plan.about}" + (f" ({len(failed)} failed)"
@@ -93,7 +93,8 @@ def main(argv=None):
     path = plan.path(args.results)
 
     def specs(runs):
-        return [s for s in plan.all_specs(runs) if args.only in runspec.run_key(s)]
+        return [s for s in plan.specs_here(runs)
+                if args.only in runspec.run_key(s)]
 
     pool.run(specs, path, os.path.join(args.work_dir, plan.name),
                args.workers, args.budget, args.data_dir,

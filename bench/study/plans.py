@@ -391,12 +391,13 @@ DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
 # Momentum tuned as LARS was (issue 60): ResNet-20 w16 at 4,096, 12 epochs.
 # SGD with Nesterov momentum 0.9 at LARSMixed's warmup (5/42 of the run,
 # 1.43 epochs) and at 2.9 epochs, rates 0.1-1.6 on seed 100; the best of
-# the ten (fewest updates to 0.90, then final accuracy), chosen among the
-# runs of the machine kind this call runs on (`provenance.machine_kind`),
-# and while it lies at the sweep's lowest or highest rate, 2x beyond it
-# first (at most `DEPTH_EXTEND`); then the best on seeds 101-105.
-# LARSMixed and LAMBMixed likewise: each one's best on seed 100 among the
-# runs of this call's kind (`layerwise_best`; LARSMixed ran 2.5, 5, 10 on
+# the ten (fewest updates to 0.90, then final accuracy), chosen within
+# one machine kind (`provenance.machine_kind`), for every kind with runs
+# (each waiting run names its kind, `for_kind`; a runner starts its own
+# kind's, `Plan.specs_here`), and while it lies at the sweep's lowest or
+# highest rate, 2x beyond it first (at most `DEPTH_EXTEND`); then the best
+# on seeds 101-105. LARSMixed and LAMBMixed likewise: each one's best on
+# seed 100 within the kind (`layerwise_best`; LARSMixed ran 2.5, 5, 10 on
 # the CPU kind, LAMBMixed 0.016 there, and here 0.032 and 0.064 on
 # TensorFlow, keyed apart from the H200 / JAX runs of those rates), then
 # measured on seeds 101-105, so every arm has n = 5.
@@ -471,14 +472,38 @@ def layerwise_best(runs, optimizer, kind):
 
 
 def _momentum_then(runs):
-    kind = provenance.machine_kind(provenance.machine())
-    out = []
+    """The runs that wait on others, for every machine kind that has run
+    the workload at 4,096 and for this one, each tagged `for_kind` (the
+    runner starts only its own kind's: `Plan.specs_here`); a function of
+    `runs` alone beyond this machine's kind, so every recorded run is
+    regenerated wherever the plan is read."""
+    here = provenance.machine_kind(provenance.machine())
+    kinds = {provenance.machine_kind(r.get("machine")) for r in runs
+             if r.get("workload") == "resnet20_w16"
+             and r.get("batch") == MOMENTUM_BATCH}
+    return [dict(s, for_kind=kind) for kind in sorted(kinds | {here})
+            for s in _momentum_then_on(runs, kind)]
+
+
+def _momentum_sweep():
+    return [s for rate in _SWEEP_ORDER for w in MOMENTUM_WARMUPS
+            for s in nesterov(rate, w, DEPTH_CHOOSE)]
+
+
+def _momentum_then_on(runs, kind):
+    """The waiting runs of machine kind `kind`: the sweep's extension or
+    its best on the measuring seeds, and each layer-wise optimizer's;
+    run on `kind`'s backend ('CPU VM / TensorFlow': tensorflow). On a
+    kind other than `MOMENTUM_KIND`, whose sweep is the plan's own specs,
+    the sweep too, and every run keyed by its backend, apart from the
+    decisive kind's."""
+    out = [] if kind == MOMENTUM_KIND else _momentum_sweep()
     best, beyond = momentum_best(runs, kind)
     if beyond is not None:
         out += nesterov(beyond[1], beyond[0], DEPTH_CHOOSE)
     elif best is not None:
         out += nesterov(best[1], best[0], MOMENTUM_MEASURE)
-    backend = os.environ.get("KERAS_BACKEND", "jax")
+    backend = kind.rsplit(" / ", 1)[-1].lower()
     for o in LAYERWISE:
         rate, beyond = layerwise_best(runs, o, kind)
         same = dict(optimizer=o, epochs=DEPTH_EPOCHS, workload="resnet20_w16")
@@ -487,17 +512,22 @@ def _momentum_then(runs):
                 MOMENTUM_BATCH, beyond, DEPTH_CHOOSE, **same)]
         elif rate is not None:
             out += fixed(MOMENTUM_BATCH, rate, MOMENTUM_MEASURE, **same)
+    if kind != MOMENTUM_KIND:
+        out = [dict(s, run_backend=backend) for s in out]
     return out
 
 
 _SWEEP_ORDER = (0.4, 0.8, 0.2, 1.6, 0.1)  # The likeliest bests first.
+# The decisive machine kind (issue 60), whose sweep and LAMBMixed points
+# are the plan's own specs; another kind (a GPU's) runs the whole
+# comparison through `then`, keyed apart by its backend.
+MOMENTUM_KIND = "CPU VM / TensorFlow"
 MOMENTUM = Plan(
     "momentum", "lars_depth_study",
     "Nesterov SGD tuned as LARS was against LARSMixed and LAMBMixed, "
     "ResNet-20 w16 at 4,096, n = 5 a side",
-    tuple(s for rate in _SWEEP_ORDER for w in MOMENTUM_WARMUPS
-          for s in nesterov(rate, w, DEPTH_CHOOSE))
-    + tuple(dict(s, run_backend="tensorflow")
+    tuple(dict(s, for_kind=MOMENTUM_KIND) for s in _momentum_sweep())
+    + tuple(dict(s, run_backend="tensorflow", for_kind=MOMENTUM_KIND)
             for rate in (0.032, 0.064)
             for s in fixed(MOMENTUM_BATCH, rate, DEPTH_CHOOSE,
                            epochs=DEPTH_EPOCHS, optimizer="lamb_mixed",

@@ -61,7 +61,7 @@ def test_layerwise_bests_are_chosen_on_the_measuring_kind_then_measured(
             for r, reach in ((2.5, None), (5.0, 100), (10.0, 110))]
     lars.append(_layerwise(H200, "lars_mixed", 20.0, 100, 50))
     assert plans.layerwise_best(lars, "lars_mixed", CPU_TF) == (5.0, None)
-    later = plans.MOMENTUM.then(lars)
+    later = [s for s in plans.MOMENTUM.then(lars) if s["for_kind"] == CPU_TF]
     assert [(s["optimizer"], s["rate"], s["seed"]) for s in later] == [
         ("lars_mixed", 5.0, seed) for seed in range(101, 106)]
     # LAMBMixed best at the highest of its CPU rates: 2x beyond it first,
@@ -104,9 +104,61 @@ def test_the_plan_measures_the_best_on_seeds_101_to_105_once_chosen(
     monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
     best = (plans.MOMENTUM_WARMUPS[0], 0.2)
     later = plans.MOMENTUM.then(_sweep(CPU_TF, best))
-    assert [(s["seed"], s["rate"], s["variant"]) for s in later] == [
-        (seed, 0.2, "nesterov_w1.43") for seed in range(101, 106)]
-    assert plans.MOMENTUM.then(_sweep(H200, best)) == []
+    assert [(s["seed"], s["rate"], s["variant"], s["for_kind"])
+            for s in later] == [(seed, 0.2, "nesterov_w1.43", CPU_TF)
+                                for seed in range(101, 106)]
+    # Another kind's sweep: its seeds are that kind's, not started here.
+    h200 = plans.MOMENTUM.then(_sweep(H200, best))
+    assert {s["for_kind"] for s in h200} == {H200}
+    assert not [s for s in plans.MOMENTUM.specs_here(_sweep(H200, best))
+                if s["for_kind"] == H200]
+
+
+def test_a_gpu_runs_the_whole_comparison_keyed_apart(monkeypatch):
+    """On another kind than the CPU's (a GPU's), the plan's runner starts
+    that kind's own sweep, keyed by its backend, and none of the CPU
+    kind's runs (TensorFlow's LAMBMixed points included)."""
+    monkeypatch.setattr(provenance, "machine",
+                        lambda backend=None: STAMP[H200])
+    cpu = _sweep(CPU_TF, (plans.MOMENTUM_WARMUPS[1], 0.4))
+    here = plans.MOMENTUM.specs_here(cpu)
+    assert {s["for_kind"] for s in here} == {H200}
+    assert sorted((s["rate"], round(s["warmup_epochs"], 2), s["run_backend"])
+                  for s in here) == sorted(
+        (r, w, "jax") for r in (0.1, 0.2, 0.4, 0.8, 1.6) for w in (1.43, 2.9))
+    done = {runspec.run_key(r) for r in cpu}
+    assert not done & {runspec.run_key(s) for s in here}
+    # Its sweep done on the GPU: its own best on its measuring seeds.
+    gpu = [dict(r, run_backend="jax") for r in
+           _sweep(H200, (plans.MOMENTUM_WARMUPS[0], 0.8))]
+    later = [s for s in plans.MOMENTUM.specs_here(cpu + gpu)
+             if runspec.run_key(s) not in {runspec.run_key(r) for r in gpu}]
+    assert [(s["seed"], s["rate"], s["run_backend"]) for s in later] == [
+        (seed, 0.8, "jax") for seed in range(101, 106)]
+
+
+def test_recorded_follow_ups_are_regenerated_under_any_backend(monkeypatch):
+    """The waiting runs follow from the records, not from the backend of
+    the process that reads the plan (the tests run on JAX; the CPU kind's
+    runs on TensorFlow): else the CPU's measuring runs would be orphans."""
+    best = (plans.MOMENTUM_WARMUPS[0], 0.2)
+    sweep = _sweep(CPU_TF, best)
+    lamb = [_layerwise(CPU_TF, "lamb_mixed", r, 100, reach)
+            for r, reach in ((0.016, 120), (0.032, 110), (0.064, 100))]
+    keys = {}
+    for stamp in (STAMP[CPU_TF], STAMP[H200],
+                  "2-core x86_64 CPU VM, no GPU (JAX 0.10.2), 2026-11-29"):
+        monkeypatch.setattr(provenance, "machine", lambda b=None, s=stamp: s)
+        later = [s for s in plans.MOMENTUM.then(sweep + lamb)
+                 if s["for_kind"] == CPU_TF]
+        keys[stamp] = sorted(runspec.run_key(s) for s in later)
+        here = plans.MOMENTUM.specs_here(sweep + lamb)
+        assert any(s.get("for_kind") == CPU_TF for s in here) == (
+            stamp == STAMP[CPU_TF])
+    assert len(set(map(tuple, keys.values()))) == 1
+    assert ("resnet20_w16|fixed|lamb_mixed|12|4096|0.128|100|tensorflow"
+            in keys[STAMP[H200]])
+    assert len(keys[STAMP[H200]]) == 6  # 5 seeds of the best, LAMB beyond.
 
 
 def _measured(kind, optimizer, rate, finals, variant=None, warmup=None):
