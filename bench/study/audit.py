@@ -3,6 +3,7 @@
 and which comparisons set runs of different commits against each other
 (issue 60)."""
 
+from bench.core import provenance
 from bench.study import show
 from bench.study import stats
 
@@ -111,11 +112,14 @@ def recheck_lines(rechecks):
                       "on another boot" if recorded.get("boot") else
                       "before records named their processor"))
         epochs = f"{r['epochs']} epoch" + ("s" if r["epochs"] != 1 else "")
+        kind = provenance.machine_kind(r.get("machine"))
+        if kind != provenance.machine_kind(recorded.get("machine")):
+            epochs += f", rerun on {kind}"
         each.append(f"`{r['key']}` ({r['plan']}, {epochs}, "
                     f"{commit(r['recorded']['commit'])} -> "
                     f"{commit(r['code']['commit'])}): {outcome}")
     same = sum(r["identical"] for r in rechecks)
     return [f"- **Rechecks** (`python -m bench.study recheck`): "
             f"{len(rechecks)} recorded runs ran their first epochs again at "
-            f"later code on their record's machine kind; {same} came out "
+            f"later code; {same} came out "
             "identical, epoch by epoch: " + "; ".join(each) + "."]

@@ -10,9 +10,8 @@ stopped: the schedule is the recorded run's, not one of fewer epochs.
 Bit-identical reruns hold on one processor model and backend (not across
 CPU models, which one machine kind may span), so the rows also give the
 record's machine, commit, processor and boot (`provenance.processor`,
-stamped since 2026-11-29 midday). Each
-recheck is kept in `bench/results/rechecks.json` (`record`), which the
-study's page counts."""
+stamped since 2026-11-29 midday). Each recheck is kept in
+`bench/results/rechecks.json` (`record`), which the study's page lists."""
 
 import csv
 import math

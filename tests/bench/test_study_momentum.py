@@ -280,21 +280,25 @@ def test_the_audit_counts_verdicts_and_marks_those_holm_undoes():
 def test_the_page_lists_each_recheck_with_both_commits():
     def kept(key, differences):
         return {"plan": "ramps", "key": key, "epochs": len(differences),
-                "recorded": {"commit": "a" * 40, "machine": "CPU, 2026-11-28"},
+                "recorded": {"commit": "a" * 40, "machine": STAMP[CPU_TF]},
+                "machine": STAMP[CPU_TF],
                 "code": {"commit": "b" * 40},
                 "identical": not any(differences),
                 "compared": [{"epoch": i, "field": "loss", "difference": d}
                              for i, d in enumerate(differences)]}
 
     assert audit.recheck_lines([]) == []
-    unnamed = dict(kept("k3", [0.0]), recorded={"commit": None})
+    unnamed = dict(kept("k3", [0.0]),
+                   recorded={"commit": None, "machine": STAMP[CPU_TF]})
+    gpu = dict(kept("k4", [0.0]), machine=STAMP[H200])
     (line,) = audit.recheck_lines([kept("k1", [0.0, 0.0]),
-                                   kept("k2", [0.0, -2.5e-4]), unnamed])
-    assert "3 recorded runs" in line and "2 came out identical" in line
+                                   kept("k2", [0.0, -2.5e-4]), unnamed, gpu])
+    assert "4 recorded runs" in line and "3 came out identical" in line
+    assert "`k4` (ramps, 1 epoch, rerun on H200 / JAX, aaaaaaa" in line
     assert "`k3` (ramps, 1 epoch, no commit -> bbbbbbb): identical" in line
     assert "`k1` (ramps, 2 epochs, aaaaaaa -> bbbbbbb): identical" in line
     assert "`k2` (ramps, 2 epochs, aaaaaaa -> bbbbbbb): differs, loss of " \
-        "epoch 1 by -0.00025; recorded 2026-11-28 before records named " \
+        "epoch 1 by -0.00025; recorded 2026-11-29 before records named " \
         "their processor" in line
 
 
