@@ -290,10 +290,9 @@ TABLE = (
         'With --adaptive_batch=noise_scale: the batch follows this multiple '
         'of B_simple (1: the balanced point of McCandlish et al., twice the '
         'fewest updates and twice the fewest examples; above 1, fewer '
-        'updates; the default 4 is the best policy the study found; how it '
-        "compares with fixed 1,024 at 0.8, the H200 / JAX front's best for "
-        '0.90 with its rate chosen on seed 0 alone, with n and intervals: '
-        'docs/large-batch-study.md).',
+        'updates; the default 4 is the multiple the study settled on, no '
+        'verdict makes it the best of those tried; how it compares with '
+        'fixed batches, with n and intervals: docs/large-batch-study.md).',
          group='adaptive', valid=POSITIVE),
     Flag('batch_schedule', 'string', '',
         'With --adaptive_batch=schedule: EPOCH:BATCH,... (epochs counted '
