@@ -62,7 +62,10 @@ def ramp_sentence(result, peeked):
     verdict either way the two could not be told apart (no equivalence is
     shown); a `peeked` ramp (its schedule read from the grown runs) shows
     then that replaying the noise scale's output works, one written without
-    it that the noise scale added nothing these intervals show."""
+    it that the noise scale added nothing these intervals show. Where the
+    defaults are ahead of a ramp written without it, the sentence says that
+    the defaults' start (4 x the batch from the first update) and the
+    measurement are not told apart by these arms."""
     verdicts = _verdicts(result)
     ahead = [name for name, word in verdicts if word == "ahead"]
     behind = [name for name, word in verdicts if word == "behind"]
@@ -81,13 +84,17 @@ def ramp_sentence(result, peeked):
     if ahead:
         parts.append("the grown batch is ahead of this ramp on "
                      + ", ".join(ahead) + (
-                         "" if peeked else ": measuring the noise scale adds "
-                         "something this schedule written without it lacks "
-                         "there"))
+                         "" if peeked else ": the defaults (512 from the "
+                         "first update by their start multiple, then 4 x "
+                         "B_simple as measured) add something this schedule "
+                         "written without the noise scale lacks there; these "
+                         "arms do not tell the start multiple's share from "
+                         "the measurement's"))
     if behind:
         parts.append("this ramp is ahead of the grown batch on "
                      + ", ".join(behind))
-    return "; ".join(parts).capitalize() + "."
+    said = "; ".join(parts)
+    return said[0].upper() + said[1:] + "."
 
 
 def _verdicts(result):

@@ -229,7 +229,10 @@ def test_an_unpeeked_ramp_told_apart_says_what_the_noise_scale_adds():
                               "cannot tell"} for t in (0.88, 0.89, 0.90, 0.905)}}
     said = baselines.ramp_sentence(result, peeked=False)
     assert said.startswith("The grown batch is ahead of this ramp on 0.90: "
-                           "measuring the noise scale adds")
+                           "the defaults (512 from the first update")
+    # The defaults start at 4 x the batch and measure B_simple after: an
+    # unpeeked ramp from 128 does not separate the two.
+    assert "do not tell the start multiple's share" in said
     for word in result["targets"].values():
         word["verdict"] = "cannot tell"
     said = baselines.ramp_sentence(result, peeked=False)
