@@ -12,6 +12,7 @@ from bench.study import stats
 from bench.study.selection import TARGETS
 from bench.study.selection import arm
 from bench.study.selection import shortfall
+from keras_largebatch.adaptive_batch import defaults
 
 # The defaults against each baseline of issue 51 (the decisive fixed arm and
 # `plans.BASELINES`): (name, selection, where its rate or schedule came
@@ -57,6 +58,16 @@ BASELINE_ARMS = (
 )
 
 
+# The defaults' start and target (`adaptive_batch.defaults`) from the plans'
+# small batch: a ramp written without the noise scale starts at that batch.
+_START_AND_MEASUREMENT = (
+    f": the defaults ({defaults.START_MULTIPLE * plans.SMALL_BATCH} from the "
+    f"first update by their start multiple, then "
+    f"{defaults.NOISE_SCALE_MULTIPLE:g} x B_simple as measured) add something "
+    "this schedule written without the noise scale lacks there; these arms do "
+    "not tell the start multiple's share from the measurement's")
+
+
 def ramp_sentence(result, peeked):
     """What the defaults against a ramp say, from their verdicts. Without a
     verdict either way the two could not be told apart (no equivalence is
@@ -84,12 +95,7 @@ def ramp_sentence(result, peeked):
     if ahead:
         parts.append("the grown batch is ahead of this ramp on "
                      + ", ".join(ahead) + (
-                         "" if peeked else ": the defaults (512 from the "
-                         "first update by their start multiple, then 4 x "
-                         "B_simple as measured) add something this schedule "
-                         "written without the noise scale lacks there; these "
-                         "arms do not tell the start multiple's share from "
-                         "the measurement's"))
+                         "" if peeked else _START_AND_MEASUREMENT))
     if behind:
         parts.append("this ramp is ahead of the grown batch on "
                      + ", ".join(behind))
