@@ -155,14 +155,18 @@ def prepare(folder):
           "the call's files (gpu_campaign.json and .md, the plan's record) "
           "into bench/results/ before the next):\n")
     # Install the wheels, run the campaign (its default budget), bring back
-    # its record, report and the depth plan's record.
+    # its record, report, the device test's output and part c's record, by
+    # name: the device tool brings back at most 8 files, and a glob of
+    # bench/results/gpu_campaign* holds more (on 2026-11-30 it left the
+    # plan's record behind).
     print("python3 -m pip install -q --no-index --no-deps --no-compile "
           f"--no-cache-dir --upgrade --target /tmp/site {rel}/wheels/*.whl && "
           "export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit; "
           f"python3 -m bench.gpu_campaign --data_dir {rel}/fashion-mnist "
           f"--eigen {rel}/eigen.tar.gz 2>&1 | tee $OUT/campaign.log; "
-          "cp bench/results/gpu_campaign* bench/results/lars_depth_study.json"
-          " $OUT/ 2>/dev/null")
+          "cp bench/results/gpu_campaign.json bench/results/gpu_campaign.md "
+          "bench/results/gpu_campaign_cuda.txt "
+          "bench/results/lars_depth_study.json $OUT/ 2>/dev/null")
 
 
 def eigen(args):

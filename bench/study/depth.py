@@ -27,12 +27,12 @@ DEPTH_PAIRS = (("lars_mixed", "sgd"), ("lamb_mixed", "sgd"),
 def depth_best(runs, batch, epochs=plans.DEPTH_EPOCHS):
     """{optimizer: (best rate, the next rate of its sweep or None)} of each
     sweep of 4 rates or more on the choosing seed (`plans.depth_next`: the
-    plan's own choice, from the choosing seed's runs on every kind)."""
+    plan's own choice, from the choosing seed's runs of the depth plans
+    (`plans.depth_own`) on every kind)."""
     out = {}
     for o in plans.DEPTH_OPTIMIZERS:
-        swept = [r for r in runs if r.get("workload") == DEPTH_WORKLOAD
-                 and not r.get("variant")
-                 and r["optimizer"] == o and r["batch"] == batch
+        swept = [r for r in plans.depth_own(runs)
+                 if r["optimizer"] == o and r["batch"] == batch
                  and r["epochs"] == epochs and r["seed"] in plans.DEPTH_CHOOSE]
         if len(swept) >= 4:
             out[o] = plans.depth_next(o, batch, swept)
@@ -71,7 +71,10 @@ def depth_findings(runs, batch=DEPTH_BATCH, epochs=plans.DEPTH_EPOCHS):
     default (LARSMixed under `--lr_scaling=auto`: `mlperf_lars_rate`, its
     warmup) on the choosing seed and, where it is the best, measured (at
     `DEPTH_BATCH` only: the one batch whose sweep runs that rate; None
-    elsewhere)."""
+    elsewhere). Only the depth plans' runs count (`plans.depth_own`): the
+    momentum plan's runs of the same network and batch are its own
+    comparison's."""
+    runs = plans.depth_own(runs)
     best = depth_best(runs, batch, epochs)
     kind, why = depth_machine(runs, best, batch, epochs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
@@ -183,11 +186,10 @@ def depth_lines(runs):
     """LARS at depth (`plans.DEPTH`, `DEPTH_REDUCED`), per budget: each
     optimizer and batch's runs on the choosing seed with their machine kind
     (final accuracy and training loss, updates to `DEPTH_TARGETS`), the
-    sweep's best marked (from the runs of every kind, as the plan chooses;
-    said when it lies at the grid's edge); then, per batch, the findings on
-    the measuring seeds (`depth_findings`)."""
-    deep = [r for r in runs if r.get("workload") == DEPTH_WORKLOAD
-            and not r.get("variant")]
+    sweep's best marked (from the depth plans' runs of every kind, as the
+    plan chooses; said when it lies at the grid's edge); then, per batch,
+    the findings on the measuring seeds (`depth_findings`)."""
+    deep = plans.depth_own(runs)
     lines = []
     for epochs in sorted({r["epochs"] for r in deep}):
         here = [r for r in deep if r["epochs"] == epochs]

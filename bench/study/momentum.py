@@ -1,7 +1,8 @@
 """Momentum tuned as LARS was (issue 60, `plans.MOMENTUM`): Nesterov SGD
 swept at two warmups on the choosing seed, its best against LARSMixed and
 LAMBMixed at theirs, each chosen among the runs of one machine kind and
-measured on seeds 101-105 of that kind."""
+measured on seeds 101-105 of that kind; every kind with runs of the sweep
+its own comparison, the decisive kind (`plans.MOMENTUM_KIND`) first."""
 
 from bench.study import plans
 from bench.study import show
@@ -30,14 +31,29 @@ def momentum_machine(runs):
     return max(sorted(set(kinds)), key=kinds.count) if kinds else None
 
 
-def momentum_findings(runs):
+def momentum_kinds(runs):
+    """The machine kinds with runs of the Nesterov sweep, the decisive kind
+    (`plans.MOMENTUM_KIND`) first, then the others by name."""
+    kinds = {r["kind_of_machine"] for r in _sweep(runs)}
+    return sorted(kinds, key=lambda k: (k != plans.MOMENTUM_KIND, k))
+
+
+def momentum_all(runs):
+    """`momentum_findings` of each kind of `momentum_kinds` (of the
+    decisive kind alone, waiting, before any run)."""
+    return [momentum_findings(runs, kind)
+            for kind in momentum_kinds(runs) or [plans.MOMENTUM_KIND]]
+
+
+def momentum_findings(runs, kind=None):
     """{machine, swept (runs of the Nesterov sweep on that kind), best
     ((warmup, rate) or None), extending_to, rates {optimizer: (best,
     beyond)}, arms {name: n, seeds}, pairs [{claim, a, b, n, status,
-    result}]}: each layer-wise optimizer at its best rate on that kind
-    (`plans.layerwise_best`) against Nesterov SGD at its sweep's best, on
-    `plans.MOMENTUM_MEASURE` of one kind."""
-    kind = momentum_machine(runs)
+    result}]}: each layer-wise optimizer at its best rate on machine kind
+    `kind` (default: `momentum_machine`; `plans.layerwise_best`) against
+    Nesterov SGD at its sweep's best there, on `plans.MOMENTUM_MEASURE` of
+    that kind."""
+    kind = kind or momentum_machine(runs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
     best, beyond = plans.momentum_best(here, kind) if kind else (None, None)
     rates = {o: plans.layerwise_best(here, o, kind) if kind else (None, None)
@@ -72,7 +88,8 @@ def momentum_findings(runs):
                       f"its edge; {beyond[1]:g} runs first")
         pairs.append(dict(
             claim=f"{NAMES[a]} against {NAMES[b]}, {DEPTH_NAME} at "
-                  f"{plans.MOMENTUM_BATCH:,}", a=a, b=b, n=n, status=status,
+                  f"{plans.MOMENTUM_BATCH:,} on {kind or 'no machine yet'}",
+            a=a, b=b, n=n, status=status,
             result=None if status else stats.compare(
                 arms[a], arms[b], DEPTH_TARGETS)))
     return dict(machine=kind, swept=len(_sweep(here)), best=best,
@@ -105,6 +122,54 @@ def momentum_lines(found):
         lines.append(
             head + f"; {NAMES[f['a']]} at {found['rates'][f['a']][0]:g}, "
             f"Nesterov SGD at {best[1]:g}, each its best on seed "
-            f"{plans.DEPTH_CHOOSE[0]} on {found['machine']}): "
+            f"{plans.DEPTH_CHOOSE[0]} on that kind): "
             + show.pair(f["result"], f["n"]) + ".")
+    return lines
+
+
+def sweep_lines(runs):
+    """Per machine kind of `momentum_kinds`, a table of the runs on seed
+    100 that chose each arm's rate there: the Nesterov sweep (both warmups)
+    and each layer-wise optimizer's rates on that kind (the depth plan's
+    and this plan's), with final accuracy, final training loss and updates
+    to 0.90; each best marked, and the runs an edge added (`plans`'
+    chains)."""
+    lines = []
+    for kind in momentum_kinds(runs):
+        here = [r for r in runs if r["kind_of_machine"] == kind
+                and r.get("workload") == DEPTH_WORKLOAD
+                and r["batch"] == plans.MOMENTUM_BATCH
+                and r["epochs"] == plans.DEPTH_EPOCHS
+                and r["seed"] in plans.DEPTH_CHOOSE]
+        chains = {"nesterov": plans.momentum_chain(runs, kind)}
+        chains.update((o, plans.layerwise_chain(runs, o, kind))
+                      for o in plans.LAYERWISE)
+        lines += ["", f"{kind}, seed {plans.DEPTH_CHOOSE[0]}:", "",
+                  "| optimizer | warmup (epochs) | rate | final val acc | "
+                  "final train loss | updates to 0.90 | |",
+                  "|---|---|---|---|---|---|---|"]
+        for name in ("nesterov",) + plans.LAYERWISE:
+            best, beyond, ran = chains[name]
+            rows = sorted(
+                (r for r in here if (
+                    str(r.get("variant", "")).startswith("nesterov")
+                    if name == "nesterov" else
+                    r["optimizer"] == name and not r.get("variant"))),
+                key=lambda r: (r["warmup_epochs"], r["rate"]))
+            added = {plans.momentum_key(*k) for k in ran}
+            for r in rows:
+                key = plans.momentum_key(r["warmup_epochs"], r["rate"])
+                mark = ", ".join(
+                    m for m, on in (
+                        ("best", best is not None
+                         and key == plans.momentum_key(*best)),
+                        ("added at an edge", key in added)) if on)
+                if mark == "best" and beyond is not None:
+                    mark += f", at the edge: {beyond[1]:g} next"
+                lines.append(
+                    f"| {NAMES[name]} | {r['warmup_epochs']:.3g} | "
+                    f"{r['rate']:g} | {r['val_accuracy']:.4f} | "
+                    f"{r['train_loss_per_epoch'][-1]:.3f} | "
+                    + show.number(stats.updates_to(plans.points(r), 0.90))
+                    + f" | {mark} |")
     return lines

@@ -339,6 +339,15 @@ def depth_next(optimizer, batch, swept):
     return best, None
 
 
+def depth_own(runs):
+    """The runs of the depth plans among `runs`: ResNet-20 w16 with no
+    variant, and no `for_kind` (the momentum plan, which writes the same
+    record, tags each of its runs with the machine kind it was made for):
+    the depth study chooses and measures on its own runs alone."""
+    return [r for r in runs if r.get("workload") == "resnet20_w16"
+            and not r.get("variant") and not r.get("for_kind")]
+
+
 def _depth(epochs, batches, name):
     def arm(o, b, r, seeds):
         return fixed(b, r, seeds, epochs=epochs, optimizer=o,
@@ -356,8 +365,8 @@ def _depth(epochs, batches, name):
         extend, measure = [], []
         for o in DEPTH_OPTIMIZERS:
             for b in batches:
-                mine = [r for r in runs if r.get("workload") == "resnet20_w16"
-                        and not r.get("variant") and r["optimizer"] == o and r["batch"] == b
+                mine = [r for r in depth_own(runs)
+                        if r["optimizer"] == o and r["batch"] == b
                         and r["epochs"] == epochs
                         and r["seed"] in DEPTH_CHOOSE]
                 grid = {round(r, 9) for r in depth_rates(o, b)}
@@ -400,7 +409,9 @@ DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
 # seed 100 within the kind (`layerwise_best`; LARSMixed ran 2.5, 5, 10 on
 # the CPU kind, LAMBMixed 0.016 there, and here 0.032 and 0.064 on
 # TensorFlow, keyed apart from the H200 / JAX runs of those rates), then
-# measured on seeds 101-105, so every arm has n = 5.
+# measured on seeds 101-105, so every arm has n = 5. A sweep's extensions
+# are replayed from the runs no extension made (`_replay`), so each stays a
+# run of the plan once the best it found is interior.
 MOMENTUM_BATCH, MOMENTUM_RATES = 4096, (0.1, 0.2, 0.4, 0.8, 1.6)
 MOMENTUM_WARMUPS = (recipe_rates.warmup_epochs_for(
     "lars_mixed", "auto", MOMENTUM_BATCH, DEPTH_EPOCHS), 2.9)
@@ -437,8 +448,32 @@ def _kind_best(by, low, high):
     return best, None
 
 
+def momentum_key(warmup, rate):
+    """A (warmup, rate) as the momentum sweeps key it (rounded)."""
+    return round(warmup, 6), round(rate, 9)
+
+
+def _replay(by, base):
+    """(best, beyond, extensions) of a sweep: `by` ({(warmup, rate): run},
+    every run on seed 100 of one kind) replayed from its `base` keys (the
+    runs no extension made): while the best lies at an edge, the run 2x
+    beyond it joins the sweep where it ran (`extensions`, (warmup, rate)
+    in order), else it is `beyond`, the run to make next. The chain is
+    given again from the base each time, so an extension stays a run of
+    the plan once the best it found is interior."""
+    swept = {k: by[k] for k in base}
+    rates = [rate for _, rate in swept]
+    extensions = []
+    while True:
+        best, beyond = _kind_best(swept, min(rates), max(rates))
+        if beyond is None or momentum_key(*beyond) not in by:
+            return best, beyond, extensions
+        swept[momentum_key(*beyond)] = by[momentum_key(*beyond)]
+        extensions.append(beyond)
+
+
 def _on_kind(runs, kind, **where):
-    return {(round(r["warmup_epochs"], 6), round(r["rate"], 9)): r
+    return {momentum_key(r["warmup_epochs"], r["rate"]): r
             for r in runs if r.get("workload") == "resnet20_w16"
             and r["batch"] == MOMENTUM_BATCH and r["epochs"] == DEPTH_EPOCHS
             and r["seed"] in DEPTH_CHOOSE
@@ -446,29 +481,50 @@ def _on_kind(runs, kind, **where):
             and all(r.get(k) == v for k, v in where.items())}
 
 
+def momentum_chain(runs, kind):
+    """`_replay` of the Nesterov sweep on machine kind `kind` from its grid
+    (both warmups x `MOMENTUM_RATES`); (None, None, []) until the whole
+    grid has run there."""
+    by = {k: r for k, r in _on_kind(runs, kind, optimizer="sgd").items()
+          if str(r.get("variant", "")).startswith("nesterov")}
+    grid = {momentum_key(w, x) for w in MOMENTUM_WARMUPS
+            for x in MOMENTUM_RATES}
+    if not grid <= by.keys():
+        return None, None, []
+    return _replay(by, grid)
+
+
 def momentum_best(runs, kind):
     """((warmup, rate) of the Nesterov sweep's best on seed 100 among the
     runs of machine kind `kind`, the (warmup, rate) to run next or None):
     None, None until every rate of the grid has run at both warmups."""
-    by = {k: r for k, r in _on_kind(runs, kind, optimizer="sgd").items()
-          if str(r.get("variant", "")).startswith("nesterov")}
-    grid = {(round(w, 6), round(x, 9)) for w in MOMENTUM_WARMUPS
-            for x in MOMENTUM_RATES}
-    if not grid <= by.keys():
-        return None, None
-    return _kind_best(by, MOMENTUM_RATES[0], MOMENTUM_RATES[-1])
+    return momentum_chain(runs, kind)[:2]
+
+
+def _extension(run):
+    """Whether the momentum plan's `then` made `run` to extend a sweep: it
+    names a kind (`for_kind`) and is not one of the plan's own specs."""
+    return bool(run.get("for_kind")) and runspec.run_key(run) not in {
+        runspec.run_key(s) for s in MOMENTUM.specs}
+
+
+def layerwise_chain(runs, optimizer, kind):
+    """`_replay` of `optimizer`'s runs on seed 100 of machine kind `kind`
+    from those no extension made (the depth plan's and this plan's own);
+    (None, None, []) before 3 such rates have run there."""
+    by = _on_kind(runs, kind, optimizer=optimizer, variant=None)
+    base = {k for k, r in by.items() if not _extension(r)}
+    if len(base) < 3:
+        return None, None, []
+    return _replay(by, base)
 
 
 def layerwise_best(runs, optimizer, kind):
     """(the best rate of `optimizer` on seed 100 among the runs of machine
     kind `kind`, the rate to run next or None): None, None before 3 rates
-    have run there."""
-    by = _on_kind(runs, kind, optimizer=optimizer, variant=None)
-    if len({rate for _, rate in by}) < 3:
-        return None, None
-    rates = sorted(rate for _, rate in by)
-    (_, best), beyond = _kind_best(by, rates[0], rates[-1])
-    return best, beyond and beyond[1]
+    have run there (extensions of its sweep apart)."""
+    best, beyond, _ = layerwise_chain(runs, optimizer, kind)
+    return (best and best[1]), (beyond and beyond[1])
 
 
 def _momentum_then(runs):
@@ -491,27 +547,27 @@ def _momentum_sweep():
 
 
 def _momentum_then_on(runs, kind):
-    """The waiting runs of machine kind `kind`: the sweep's extension or
-    its best on the measuring seeds, and each layer-wise optimizer's;
-    run on `kind`'s backend ('CPU VM / TensorFlow': tensorflow). On a
-    kind other than `MOMENTUM_KIND`, whose sweep is the plan's own specs,
-    the sweep too, and every run keyed by its backend, apart from the
-    decisive kind's."""
+    """The waiting runs of machine kind `kind`: the sweep's extensions
+    (those run, then the next) or its best on the measuring seeds, and each
+    layer-wise optimizer's; run on `kind`'s backend ('CPU VM / TensorFlow':
+    tensorflow). On a kind other than `MOMENTUM_KIND`, whose sweep is the
+    plan's own specs, the sweep too, and every run keyed by its backend,
+    apart from the decisive kind's."""
     out = [] if kind == MOMENTUM_KIND else _momentum_sweep()
-    best, beyond = momentum_best(runs, kind)
-    if beyond is not None:
-        out += nesterov(beyond[1], beyond[0], DEPTH_CHOOSE)
-    elif best is not None:
+    best, beyond, ran = momentum_chain(runs, kind)
+    for warmup, rate in ran + ([beyond] if beyond else []):
+        out += nesterov(rate, warmup, DEPTH_CHOOSE)
+    if best is not None and beyond is None:
         out += nesterov(best[1], best[0], MOMENTUM_MEASURE)
     backend = kind.rsplit(" / ", 1)[-1].lower()
     for o in LAYERWISE:
-        rate, beyond = layerwise_best(runs, o, kind)
+        best, beyond, ran = layerwise_chain(runs, o, kind)
         same = dict(optimizer=o, epochs=DEPTH_EPOCHS, workload="resnet20_w16")
-        if beyond is not None:
+        for _, rate in ran + ([beyond] if beyond else []):
             out += [dict(s, run_backend=backend) for s in fixed(
-                MOMENTUM_BATCH, beyond, DEPTH_CHOOSE, **same)]
-        elif rate is not None:
-            out += fixed(MOMENTUM_BATCH, rate, MOMENTUM_MEASURE, **same)
+                MOMENTUM_BATCH, rate, DEPTH_CHOOSE, **same)]
+        if best is not None and beyond is None:
+            out += fixed(MOMENTUM_BATCH, best[1], MOMENTUM_MEASURE, **same)
     if kind != MOMENTUM_KIND:
         out = [dict(s, run_backend=backend) for s in out]
     return out

@@ -32,8 +32,9 @@ from bench.study.findings import comparison
 from bench.study.findings import finding_lines
 from bench.study.findings import floor_line
 from bench.study.findings import pools
-from bench.study.momentum import momentum_findings
+from bench.study.momentum import momentum_all
 from bench.study.momentum import momentum_lines
+from bench.study.momentum import sweep_lines
 from bench.study.selection import load_all
 from bench.study.tables import config_table
 from bench.study.tables import front_lines
@@ -47,11 +48,12 @@ def write(results=records.RESULTS):
     pooled = pools(runs)
     baselines = baseline_findings(runs)
     depth = depth_findings(runs)
-    momentum = momentum_findings(runs)
+    momentum = momentum_all(runs)
     # Before any line is written: it marks the verdicts a Holm correction
     # undoes. The decisive comparison is also the first baseline: counted
     # once.
-    audit = audit_lines(verdicts(baselines, depth["pairs"] + momentum["pairs"], [
+    audit = audit_lines(verdicts(baselines, depth["pairs"] + [
+        p for kind in momentum for p in kind["pairs"]], [
         f for f in found if f["claim"] != COMPARISONS[0][0]]))
     audit += recheck_lines(records.load(os.path.join(results,
                                                      "rechecks.json")))
@@ -66,7 +68,7 @@ def write(results=records.RESULTS):
               "its sweep's best rate on the choosing seed, measured on "
               "others):", ""] + depth_finding_lines(depth)
     lines += ["", "Against momentum tuned as LARS was (issue 60):", ""]
-    lines += momentum_lines(momentum)
+    lines += [line for kind in momentum for line in momentum_lines(kind)]
     lines += ["", "Earlier comparisons (seeds that chose a rate also measure "
               "it):", ""]
     lines += finding_lines([f for f in found if f["claim"]
@@ -88,6 +90,8 @@ def write(results=records.RESULTS):
               "flags in `bench/study/plans.py`, `GROWN`)", ""] + tradeoff_lines(runs)
     lines += ["", "## LARS at depth (ResNet-20 w16, `depth` / "
               "`depth_reduced`)"] + depth_lines(runs)
+    lines += ["", "## Momentum tuned as LARS was (`momentum`): the runs that "
+              "chose each arm's rate, per machine kind"] + sweep_lines(runs)
     lines += ["", "## Every configuration (median updates with a bootstrap "
               "95% interval; seeds reaching the target)", ""]
     lines += config_table(runs)

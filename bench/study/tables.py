@@ -108,13 +108,16 @@ def runtime_lines(runs, seeds=range(100, 200)):
     per machine kind, as the records give their wall times (two or more
     runs side by side on a machine, as the study runs them): n, minimum,
     median and maximum minutes. A run that resumed (its record's
-    `epochs_timed` below its epochs) times only its last invocation: left
-    out, and counted below the table."""
+    `epochs_timed` below its epochs, 0 included) times only its last
+    invocation: left out, and counted below the table."""
     groups, resumed = {}, []
     for r in runs:
         if r["seed"] not in seeds or not r.get("wall_seconds"):
             continue
-        if (r.get("epochs_timed") or r["epochs"]) < r["epochs"]:
+        # 0 epochs timed: recorded by a call that found the run's last
+        # checkpoint and only evaluated it.
+        timed = r.get("epochs_timed")
+        if timed is not None and timed < r["epochs"]:
             resumed.append(r)
             continue
         groups.setdefault((r["kind_of_machine"],) + config(r), []).append(

@@ -624,11 +624,14 @@ def test_a_resumed_run_is_left_out_of_the_runtimes_and_counted():
                     rate=0.4, variant=None, seed=seed, wall_seconds=wall,
                     epochs_timed=timed)
 
+    # 104 was recorded by a call that found its last checkpoint: 0 epochs
+    # timed, 40 s of loading and evaluating, not a run of 40 s.
     lines = tables.runtime_lines([run(100, 600, 12), run(101, 1200, 12),
-                                  run(102, 60, 1), run(103, 900, None)])
+                                  run(102, 60, 1), run(103, 900, None),
+                                  run(104, 40, 0)])
     [row] = [x for x in lines if x.startswith("| CPU VM")]
-    assert row.endswith("| 3 | 10.0 / 15.0 / 20.0 |")  # 102 left out
-    assert lines[-1] == ("Left out: 1 run(s) that resumed after a stop, "
+    assert row.endswith("| 3 | 10.0 / 15.0 / 20.0 |")  # 102, 104 left out
+    assert lines[-1] == ("Left out: 2 run(s) that resumed after a stop, "
                          "whose records time only the last invocation.")
 
 

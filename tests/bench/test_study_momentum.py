@@ -320,3 +320,83 @@ def test_a_record_names_its_commit_tree_and_versions():
     if os.path.exists("/proc/cpuinfo"):
         assert re.fullmatch(r".+, flags [0-9a-f]{8}", here["cpu"])
         assert re.fullmatch(r"[0-9a-f-]{36}", here["boot"])
+
+
+def _then_made(kind, optimizer, rate, reach, final=0.91):
+    """A layer-wise run on seed 100 that the plan's `then` made on `kind`
+    (tagged with it, keyed by its backend)."""
+    return dict(_layerwise(kind, optimizer, rate, 100, reach, final),
+                for_kind=kind, run_backend="jax")
+
+
+def test_a_sweeps_extensions_stay_runs_of_the_plan_once_the_best_is_inside(
+        monkeypatch):
+    """The H200's LARSMixed: the depth plan's 20-160 (none reaches 0.90),
+    so 10 ran, then at 10's edge 5; 10 is best and interior. The chain is
+    replayed from the runs no extension made, so 10 and 5 on seed 100 stay
+    runs of the plan (a record's runs all come from its plans), and 10 is
+    measured on seeds 101-105."""
+    monkeypatch.setattr(provenance, "machine",
+                        lambda backend=None: STAMP[CPU_TF])
+    base = [_layerwise(H200, "lars_mixed", r, 100, None, final)
+            for r, final in ((20.0, 0.72), (40.0, 0.45), (80.0, 0.2),
+                             (160.0, 0.21))]
+    assert plans.layerwise_best(base, "lars_mixed", H200) == (20.0, 10.0)
+    ten = _then_made(H200, "lars_mixed", 10.0, 127)
+    assert plans.layerwise_best(base + [ten], "lars_mixed", H200) == (
+        10.0, 5.0)
+    five = _then_made(H200, "lars_mixed", 5.0, 131)
+    runs = base + [ten, five]
+    assert plans.layerwise_chain(runs, "lars_mixed", H200) == (
+        (plans.MOMENTUM_WARMUPS[0], 10.0), None,
+        [(plans.MOMENTUM_WARMUPS[0], 10.0), (plans.MOMENTUM_WARMUPS[0], 5.0)])
+    later = [(s["rate"], s["seed"]) for s in plans.MOMENTUM.then(runs)
+             if s["for_kind"] == H200 and s["optimizer"] == "lars_mixed"]
+    assert later == [(10.0, 100), (5.0, 100)] + [
+        (10.0, seed) for seed in plans.MOMENTUM_MEASURE]
+    # A run the plan did not extend to counts from the start: the same 5
+    # in the base makes 10 interior at once, with nothing to replay.
+    untagged = base + [_layerwise(H200, "lars_mixed", r, 100, reach)
+                       for r, reach in ((10.0, 127), (5.0, 131))]
+    assert plans.layerwise_chain(untagged, "lars_mixed", H200)[2] == []
+
+
+def test_the_depth_study_reads_its_own_runs_only():
+    """The momentum plan writes the depth plan's record; its runs of the
+    same network, batch and seed (tagged `for_kind`) change neither the
+    depth sweep's best nor its arms."""
+    from bench.study import depth
+
+    base = [_layerwise(H200, "lars_mixed", r, 100, reach, 0.9)
+            for r, reach in ((2.5, None), (5.0, 101), (10.0, 102))]
+    grid = [_layerwise(H200, "lars_mixed", r, 100, None, 0.7 - r / 1000)
+            for r in plans.depth_rates("lars_mixed", 4096)]
+    own = grid + base
+    before = depth.depth_best(own, 4096)["lars_mixed"]
+    assert before == (5.0, None)
+    # Faster momentum-plan runs at 10 on seed 100: the depth study's best
+    # stays 5, and its waiting runs do not change.
+    theirs = [_then_made(H200, "lars_mixed", 10.0, 60)]
+    assert depth.depth_best(own + theirs, 4096)["lars_mixed"] == before
+    assert [runspec.run_key(s) for s in plans.DEPTH.then(own + theirs)] == [
+        runspec.run_key(s) for s in plans.DEPTH.then(own)]
+
+
+def test_each_machine_kind_is_its_own_comparison_the_decisive_first():
+    """The page shows every kind's comparison, the CPU's first, each claim
+    naming its kind (the Holm list tells them apart)."""
+    cpu = _sweep(CPU_TF, (plans.MOMENTUM_WARMUPS[1], 0.4))[:7]
+    h200 = _sweep(H200, (plans.MOMENTUM_WARMUPS[1], 0.4))
+    found = momentum.momentum_all(h200 + cpu)
+    assert [f["machine"] for f in found] == [CPU_TF, H200]
+    assert found[0]["best"] is None and found[0]["swept"] == 7
+    assert found[1]["best"] == (plans.MOMENTUM_WARMUPS[1], 0.4)
+    claims = [p["claim"] for f in found for p in f["pairs"]]
+    assert claims[0].endswith("at 4,096 on CPU VM / TensorFlow")
+    assert claims[2].endswith("at 4,096 on H200 / JAX")
+    assert momentum.momentum_all([])[0]["machine"] == CPU_TF
+    lines = momentum.sweep_lines([dict(r, train_loss_per_epoch=[0.7])
+                                  for r in h200 + cpu])
+    assert lines.index("CPU VM / TensorFlow, seed 100:") < lines.index(
+        "H200 / JAX, seed 100:")
+    assert sum("| best |" in x for x in lines) == 1  # the H200's 0.4
