@@ -136,11 +136,6 @@ def sweep_lines(runs):
     chains)."""
     lines = []
     for kind in momentum_kinds(runs):
-        here = [r for r in runs if r["kind_of_machine"] == kind
-                and r.get("workload") == DEPTH_WORKLOAD
-                and r["batch"] == plans.MOMENTUM_BATCH
-                and r["epochs"] == plans.DEPTH_EPOCHS
-                and r["seed"] in plans.DEPTH_CHOOSE]
         chains = {"nesterov": plans.momentum_chain(runs, kind)}
         chains.update((o, plans.layerwise_chain(runs, o, kind))
                       for o in plans.LAYERWISE)
@@ -150,15 +145,9 @@ def sweep_lines(runs):
                   "|---|---|---|---|---|---|---|"]
         for name in ("nesterov",) + plans.LAYERWISE:
             best, beyond, ran = chains[name]
-            rows = sorted(
-                (r for r in here if (
-                    str(r.get("variant", "")).startswith("nesterov")
-                    if name == "nesterov" else
-                    r["optimizer"] == name and not r.get("variant"))),
-                key=lambda r: (r["warmup_epochs"], r["rate"]))
             added = {plans.momentum_key(*k) for k in ran}
-            for r in rows:
-                key = plans.momentum_key(r["warmup_epochs"], r["rate"])
+            swept = plans.momentum_swept(runs, kind, name)
+            for key, r in sorted(swept.items()):
                 mark = ", ".join(
                     m for m, on in (
                         ("best", best is not None

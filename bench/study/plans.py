@@ -481,12 +481,21 @@ def _on_kind(runs, kind, **where):
             and all(r.get(k) == v for k, v in where.items())}
 
 
+def momentum_swept(runs, kind, arm):
+    """{(warmup, rate): run} of `arm` ('nesterov', or an optimizer of
+    `LAYERWISE`) on seed 100 among the runs of machine kind `kind`: the
+    runs that choose its rate there."""
+    if arm != "nesterov":
+        return _on_kind(runs, kind, optimizer=arm, variant=None)
+    return {k: r for k, r in _on_kind(runs, kind, optimizer="sgd").items()
+            if str(r.get("variant", "")).startswith("nesterov")}
+
+
 def momentum_chain(runs, kind):
     """`_replay` of the Nesterov sweep on machine kind `kind` from its grid
     (both warmups x `MOMENTUM_RATES`); (None, None, []) until the whole
     grid has run there."""
-    by = {k: r for k, r in _on_kind(runs, kind, optimizer="sgd").items()
-          if str(r.get("variant", "")).startswith("nesterov")}
+    by = momentum_swept(runs, kind, "nesterov")
     grid = {momentum_key(w, x) for w in MOMENTUM_WARMUPS
             for x in MOMENTUM_RATES}
     if not grid <= by.keys():
@@ -501,19 +510,20 @@ def momentum_best(runs, kind):
     return momentum_chain(runs, kind)[:2]
 
 
-def _extension(run):
+def _extension(run, own):
     """Whether the momentum plan's `then` made `run` to extend a sweep: it
-    names a kind (`for_kind`) and is not one of the plan's own specs."""
-    return bool(run.get("for_kind")) and runspec.run_key(run) not in {
-        runspec.run_key(s) for s in MOMENTUM.specs}
+    names a kind (`for_kind`) and its key is not in `own`, the plan's own
+    specs' keys."""
+    return bool(run.get("for_kind")) and runspec.run_key(run) not in own
 
 
 def layerwise_chain(runs, optimizer, kind):
     """`_replay` of `optimizer`'s runs on seed 100 of machine kind `kind`
     from those no extension made (the depth plan's and this plan's own);
     (None, None, []) before 3 such rates have run there."""
-    by = _on_kind(runs, kind, optimizer=optimizer, variant=None)
-    base = {k for k, r in by.items() if not _extension(r)}
+    by = momentum_swept(runs, kind, optimizer)
+    own = {runspec.run_key(s) for s in MOMENTUM.specs}
+    base = {k for k, r in by.items() if not _extension(r, own)}
     if len(base) < 3:
         return None, None, []
     return _replay(by, base)
