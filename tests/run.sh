@@ -23,7 +23,10 @@ main_jobs=1
 [ "$CUDA_JOB" = only ] && main_jobs=0
 # Two pytest processes on the suites (most tests wait on the processes they
 # start); a test file stays on one worker, so its fixtures are built once.
-PARALLEL=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+# Files go to the workers in collection order, which tests/conftest.py
+# starts with the costliest (xdist's own reorder goes by the number of
+# tests, which put the few long tests of jobs in subprocesses last).
+PARALLEL=(-n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 # On JAX and torch, the tests of the command, the optimizers and the layers run once,
 # in the environment without TensorFlow (their data is Grain's there and
 # here); the main environment runs, of tests/train, the files that use

@@ -132,10 +132,18 @@ def test_the_layers_measurement_of_issue_59_comes_first_in_the_check(
     assert len({runspec.run_key(s) for s in first}) == 3
     specs = campaign_module.part_specs("layers", args)
     assert [s.get("limit_seconds") for s in specs] == [None, 300, None]
-    # The smoke runs the same items at tiny sizes.
+    # The smoke runs the eager items at tiny sizes; the compiled one at
+    # those sizes is part compiled's smoke item, the same run.
     smoke = [s for s in gpu_plan.GPU_SMOKE.specs if s["part"] == "layers"]
     assert [(s["run_backend"], s["jit_compile"]) for s in smoke] == [
-        (s["run_backend"], s["jit_compile"]) for s in first]
+        (s["run_backend"], s["jit_compile"]) for s in first
+        if s["jit_compile"] is not True]
+    (compiled,) = [s for s in gpu_plan.GPU_SMOKE.specs
+                   if s["part"] == "compiled"]
+    assert (compiled["run_backend"], compiled["model"],
+            compiled["optimizer"], compiled["settings"]) == (
+        "torch", smoke[0]["model"], smoke[0]["optimizer"],
+        smoke[0]["settings"])
 
 
 def test_report_compares_the_layers_on_torch_with_jax():

@@ -17,6 +17,11 @@ BACKEND = keras.backend.backend()
 TINY = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=8",
         "--steps_per_epoch=2", "--verbose=0", "--augment=none",
         "--warmup_epochs=0"]
+# The command building conftest's 1.5 k-parameter `small_model`, for the
+# jobs in subprocesses that check placement and outputs, not the network.
+SMALL_COMMAND = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "small_command.py")
+SMALL = [*TINY, "--image_size=67"]
 
 
 def _run(*args):
@@ -201,12 +206,14 @@ def test_default_flags_are_the_documented_default_run():
         "alexnet_bn", "digits", 32, "lars_mixed", 6, "none")
 
 
-def _subprocess(args, extra_env=None, timeout=600):
+def _subprocess(args, extra_env=None, timeout=600, small=False):
+    """The command in a subprocess; `small`: building `small_model`."""
     env = dict(os.environ, KERAS_BACKEND=BACKEND, **(extra_env or {}))
     env.pop("TF_CONFIG", None)
+    command = [SMALL_COMMAND] if small else [
+        "-c", "from keras_largebatch.train.cli import run; run()"]
     return subprocess.run(
-        [sys.executable, "-c",
-         "from keras_largebatch.train.cli import run; run()", *args],
+        [sys.executable, *command, *args],
         env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -220,13 +227,13 @@ def test_console_entry_point_exits_2_on_unknown_model(tmp_path):
 @pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution on JAX")
 def test_data_parallel_counts_devices_as_replicas(tmp_path):
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    proc = _subprocess(["--distribution=data_parallel", *TINY,
+    proc = _subprocess(["--distribution=data_parallel", *SMALL,
                         "--global_batch_size=7",
-                        f"--model_dir={tmp_path}/run"], env)
+                        f"--model_dir={tmp_path}/run"], env, small=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "divisible by the number of replicas (2)" in proc.stderr
-    proc = _subprocess(["--distribution=data_parallel", *TINY, "--epochs=1",
-                        f"--model_dir={tmp_path}/run"], env)
+    proc = _subprocess(["--distribution=data_parallel", *SMALL, "--epochs=1",
+                        f"--model_dir={tmp_path}/run"], env, small=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["replicas"] == 2
@@ -234,8 +241,8 @@ def test_data_parallel_counts_devices_as_replicas(tmp_path):
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow strategy")
 def test_multi_worker_flag_runs_under_the_strategy_alone(tmp_path):
-    proc = _subprocess(["--distribution=multi_worker", *TINY, "--epochs=1",
-                        f"--model_dir={tmp_path}/run"])
+    proc = _subprocess(["--distribution=multi_worker", *SMALL, "--epochs=1",
+                        f"--model_dir={tmp_path}/run"], small=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["replicas"] == 1
@@ -301,11 +308,10 @@ def test_two_workers_with_topk_keep_their_residuals_across_a_resume(tmp_path):
     env.pop("TF_CONFIG", None)
 
     def job(epochs):
-        command = [sys.executable, "-c",
-                   "from keras_largebatch.train.cli import run; run()",
+        command = [sys.executable, SMALL_COMMAND,
                    "--distribution=multi_worker", "--compression=topk",
                    "--topk_density=0.05", "--collective_timeout_seconds=120",
-                   *TINY, f"--epochs={epochs}",
+                   *SMALL, f"--epochs={epochs}",
                    f"--model_dir={tmp_path}/run"]
         logs = [tmp_path / f"e{epochs}_{i}.log" for i in range(2)]
         codes = localhost.run([command, command], 300, logs=logs, env=env)
