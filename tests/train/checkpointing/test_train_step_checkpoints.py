@@ -152,21 +152,21 @@ def test_a_process_killed_within_an_epoch_costs_at_most_the_steps_since(
     job = _jax_job if BACKEND == "jax" else _tf_job
     whole = job(tmp_path / "whole")
     assert all(code == 0 for code, _ in whole), whole[0][1][-3000:]
-    # One kill, in the second epoch (the one-process test above kills in
-    # each): a job of two processes costs half a minute to start.
-    for i, (kill, at) in enumerate({"1,4": (2, 4)}.items()):
-        model_dir = tmp_path / f"killed_{i}"
-        killed = job(model_dir, kill)
-        assert killed[0][0] != 0, killed[0][1][-3000:]
-        if BACKEND == "jax":  # Its supervisor reports the training's end.
-            assert killed[1][0] == 1, killed[1][1][-3000:]
-            assert "ended with exit code 9" in killed[1][1]
-        else:
-            assert killed[1][0] == 9, killed[1][1][-3000:]
-        again = job(model_dir)
-        assert all(code == 0 for code, _ in again), again[0][1][-3000:]
-        assert _resumed(again[0][1]) == at
-        _assert_identical(tmp_path / "whole", model_dir)
+    # One kill, after micro-batch 4 of epoch 1 (from 0), resumed at epoch 2,
+    # step 4; the one-process test above kills in each epoch. A job of two
+    # processes costs half a minute to start.
+    model_dir = tmp_path / "killed"
+    killed = job(model_dir, "1,4")
+    assert killed[0][0] != 0, killed[0][1][-3000:]
+    if BACKEND == "jax":  # Its supervisor reports the training's end.
+        assert killed[1][0] == 1, killed[1][1][-3000:]
+        assert "ended with exit code 9" in killed[1][1]
+    else:
+        assert killed[1][0] == 9, killed[1][1][-3000:]
+    again = job(model_dir)
+    assert all(code == 0 for code, _ in again), again[0][1][-3000:]
+    assert _resumed(again[0][1]) == (2, 4)
+    _assert_identical(tmp_path / "whole", model_dir)
 
 
 @pytest.mark.parametrize("killed_after", ["weights", "metadata"])
