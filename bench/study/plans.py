@@ -259,7 +259,12 @@ FASHION_TRAIN = 60000
 LINEAR_RAMP = megatron_ramp(SMALL_BATCH, SMALL_BATCH, 1024,
                             24 * FASHION_TRAIN // 4, FASHION_TRAIN, 24)
 DOUBLING_RAMP = "0:128,2:256,4:512,6:1024"
-UNPEEKED_RAMPS = {"linear_ramp": LINEAR_RAMP, "doubling": DOUBLING_RAMP}
+# The start separated from the measurement (issue 74), fixed before it ran:
+# the defaults' start (512 from the first update, rate 1.6) with no noise
+# scale, 1,024 from a quarter of the samples (epoch 6), rate 0.4 x B / 128.
+START_RAMP = "0:512,6:1024"
+UNPEEKED_RAMPS = {"linear_ramp": LINEAR_RAMP, "doubling": DOUBLING_RAMP,
+                  "start512": START_RAMP}
 RAMPS = Plan(
     "ramps", "batch_scaling_study",
     "Ramps written without the noise scale (linear over a quarter of the "
