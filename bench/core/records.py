@@ -1,12 +1,14 @@
 """A record file, `bench/results/<name>.json`: each finished run (`runs`;
-a retired study's `probes`) and failed task (`failed`) with its machine
-stamp, and fields of its own; written atomically, so a kill mid-write keeps
-the last one."""
+a retired study's `probes`), failed task (`failed`) and run found short
+and run again (`incomplete`: `runspec.incomplete`) with its machine stamp,
+and fields of its own; written atomically, so a kill mid-write keeps the
+last one."""
 
 import json
 import os
 
 import bench
+from bench.core import runspec
 from keras_largebatch._shared import atomic_write
 
 RESULTS = os.path.join(bench.ROOT, "bench", "results")
@@ -29,6 +31,26 @@ def load(path):
 def failures(path):
     """A record file's failed tasks, each its spec with its `error`."""
     return read(path).get("failed", [])
+
+
+def incomplete(path):
+    """A record file's runs found short and replaced by a rerun (`add`)."""
+    return read(path).get("incomplete", [])
+
+
+def add(path, run, **about):
+    """Adds `run` to the record at `path` (`save`, `about` added); a run
+    there of the same key that is short (`runspec.incomplete`: the run
+    `run` ran again) moves to the record's `incomplete` list, kept beside
+    the runs, so that a key names one run."""
+    key = runspec.run_key(run)
+    runs = load(path)
+    replaced = [r for r in runs
+                if runspec.run_key(r) == key and runspec.incomplete(r)]
+    if replaced:
+        about = dict(about, incomplete=incomplete(path) + replaced)
+    save(path, [r for r in runs if not any(r is x for x in replaced)]
+         + [run], **about)
 
 
 def save(path, runs, **about):

@@ -19,11 +19,14 @@ and `run_backend`: `python -m <module> SPEC`, the root on `PYTHONPATH`,
 prints `RESULT <json>`, its record's `result` (how the pool treats a task:
 `pool.py`).
 `run_key` names a spec and its run's record alike: a rerun skips what is
-done.
+done (`finished_keys`); a record short of what its spec implies
+(`incomplete`) is not done, and runs again.
 """
 
+import collections
 import csv
 import json
+import math
 import os
 import sys
 
@@ -38,6 +41,7 @@ WORKLOADS = {
     "resnet20_w16": dict(_COMMON, model="resnet_cifar", resnet_depth=20,
                          resnet_width=16),
 }
+MICRO = 256  # The batch norm batch of a spec that names none.
 KEY_FIELDS = ("part", "model", "workload", "kind", "phase", "optimizer",
               "epochs", "batch", "rate", "seed", "variant", "epoch_at",
               "steps", "run_backend", "setup", "kill", "fault",
@@ -59,6 +63,49 @@ def run_key(spec):
     return "|".join(parts)
 
 
+def incomplete(record):
+    """Why a training run's record holds less than its spec implies, or
+    None: fewer epochs than `epochs`; fewer evaluations than `epochs` x
+    the evaluations an epoch (as the record's epoch labels space them,
+    most often: the spec's `evals` is overwritten by the list); or, at a
+    fixed batch of the study's data (no `steps_per_epoch`), fewer updates
+    at the last evaluation than `epochs` x the updates an epoch (its
+    micro-batches, the last one partial, over the accumulation steps: 235
+    / 16 = 14.6875 at 4,096 on Fashion-MNIST). A task's or a program's
+    record: None."""
+    if "val_accuracy" not in record or "epochs" not in record:
+        return None
+    epochs, short = record["epochs"], []
+    history = record.get("val_accuracy_per_epoch")
+    if history is not None and len(history) < epochs:
+        short.append(f"{len(history)} of {epochs} epochs")
+    evals = record.get("evals")
+    if isinstance(evals, list) and evals:
+        labels = [e for e, _, _ in evals]
+        gaps = collections.Counter(
+            round(b - a, 6) for a, b in zip([0.0] + labels, labels))
+        gap = gaps.most_common(1)[0][0]
+        planned = epochs * (round(1 / gap) if gap > 0 else 1)
+        if len(evals) < planned:
+            short.append(f"{len(evals)} of {planned} evaluations")
+        if record.get("kind", record.get("phase")) == "fixed" \
+                and "steps_per_epoch" not in record.get("flags", {}) \
+                and "num_train" in record:
+            k = max(1, record["batch"] // record.get("micro", MICRO))
+            implied = epochs * math.ceil(
+                record["num_train"] / (record["batch"] // k)) / k
+            if evals[-1][1] < implied - 1e-3:
+                short.append(f"ends at {evals[-1][1]:g} updates of "
+                             f"{implied:g}")
+    return "; ".join(short) or None
+
+
+def finished_keys(runs):
+    """The keys of `runs` (records) that are done: all but those
+    `incomplete` finds short, which run again."""
+    return {run_key(r) for r in runs if not incomplete(r)}
+
+
 def model_dir(spec, work_dir):
     return os.path.join(work_dir, run_key(spec).replace("|", "_"))
 
@@ -66,7 +113,7 @@ def model_dir(spec, work_dir):
 def command_line(spec, work_dir, data_dir=""):
     """The `keras-largebatch-train` arguments of one run (no program name)."""
     flags = dict(WORKLOADS[spec.get("workload", "resnet8_w4")])
-    micro = spec.get("micro", 256)
+    micro = spec.get("micro", MICRO)
     flags.update(
         model_dir=model_dir(spec, work_dir), global_batch_size=spec["batch"],
         optimizer=spec["optimizer"], epochs=spec["epochs"],

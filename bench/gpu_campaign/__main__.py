@@ -253,7 +253,7 @@ def run_c(args, left, env, c):
                0 if left == float("inf") else max(left - 20, 1),
                args.data_dir, log=log, env=env)
     runs = records.load(path)
-    done = {runspec.run_key(r) for r in runs}
+    done = runspec.finished_keys(runs)
     return dict(c, plan=plan.name, record=plan.record, lines=lines,
                 complete=all(runspec.run_key(s) in done
                              for s in plan.specs_here(runs)))

@@ -13,7 +13,10 @@
 seconds (the GPU check's plans: `python -m bench.gpu_campaign`, one at a
 time); runs that wait on others (a sweep's best rate on new seeds) start
 in the same call once those are recorded; a rerun skips the finished runs
-and resumes a stopped one from its last epoch checkpoint. `recheck` runs a
+and resumes a stopped one from its last epoch checkpoint. A run whose
+record is short of its spec (fewer evaluations or updates:
+`runspec.incomplete`) is not finished: `run` runs it again, `merge`
+refuses it with one line, and the report leaves it out. `recheck` runs a
 recorded run's first epochs again at the code checked out now and compares
 them epoch by epoch with its record (`recheck.py`). The plans:
 `bench/study/plans.py`. Run from the repository's root (or with it on
@@ -43,7 +46,8 @@ def main(argv=None):
     r.add_argument("--results", default=records.RESULTS)
     r.add_argument("--only", default="",
                    help="run only the specs whose key contains this")
-    sub.add_parser("report", help="write bench/results/study.md")
+    sub.add_parser("report", help="write bench/results/study.md and the "
+                                  "findings table of docs/large-batch-study.md")
     ls = sub.add_parser("list", help="each plan's runs: done and left")
     ls.add_argument("--results", default=records.RESULTS)
     m = sub.add_parser("merge", help="add another machine's record's runs "
@@ -60,25 +64,21 @@ def main(argv=None):
     if args.command == "recheck":
         return _recheck(p, args)
     if args.command == "report":
+        from bench.study import headline
         from bench.study import report
 
-        print("\n".join(report.write()))
+        print("\n".join(report.write(page=headline.PAGE)))
         return 0
     if args.command == "merge":
         for path in args.files:
-            here = os.path.join(records.RESULTS, os.path.basename(path))
-            runs = records.load(here)
-            have = {runspec.run_key(r) for r in runs}
-            new = [r for r in records.load(path) if runspec.run_key(r) not in have]
-            records.save(here, runs + new)
-            print(f"{path}: {len(new)} new runs in {here}")
+            merge(path, os.path.join(records.RESULTS, os.path.basename(path)))
         return 0
     if args.command == "list":
         for plan in plans.PLANS.values():
             runs = records.load(plan.path(args.results))
             failed = {runspec.run_key(x)
                       for x in records.failures(plan.path(args.results))}
-            done = {runspec.run_key(x) for x in runs} | failed
+            done = runspec.finished_keys(runs) | failed
             keys = [runspec.run_key(s) for s in plan.specs_here(runs)]
             left = sum(k not in done for k in keys)
             print(f"{plan.name:14s} {len(keys) - left:4d} done {left:4d} left"
@@ -100,6 +100,23 @@ def main(argv=None):
                args.workers, args.budget, args.data_dir,
                log=lambda m: print(m, flush=True))
     return 0
+
+
+def merge(path, here):
+    """Adds the runs of the record `path` (another machine's) that `here`
+    lacks, or holds short (`runspec.incomplete`: the new one replaces it,
+    `records.add`), to the record `here`; a short run of `path` is refused
+    with one line and not added."""
+    have = {runspec.run_key(r): r for r in records.load(here)}
+    new = 0
+    for r in records.load(path):
+        key, why = runspec.run_key(r), runspec.incomplete(r)
+        if why:
+            print(f"{path}: refused {key}: its record is short ({why})")
+        elif key not in have or runspec.incomplete(have[key]):
+            records.add(here, r)
+            new += 1
+    print(f"{path}: {new} new runs in {here}")
 
 
 def _recheck(p, args):

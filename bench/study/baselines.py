@@ -11,6 +11,7 @@ from bench.study import show
 from bench.study import stats
 from bench.study.selection import TARGETS
 from bench.study.selection import arm
+from bench.study.selection import interim
 from bench.study.selection import shortfall
 from keras_largebatch.adaptive_batch import defaults
 
@@ -24,12 +25,19 @@ SEEDS = plans.DECISIVE_SEEDS
 RAMP = "the fixed ramp ({}, 0.4 x the batch / 128)".format(", then ".join(
     f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
         plans.RAMP_SCHEDULE)))
-def _unpeeked(variant, why):
+
+# The defaults' start (`adaptive_batch.defaults`) from the plans' small
+# batch, and its rate (linear in the batch): where a ramp written without
+# the noise scale starts there, it separates the start from the measurement.
+START = defaults.START_MULTIPLE * plans.SMALL_BATCH
+START_RATE = DEFAULTS["rate"] * defaults.START_MULTIPLE
+
+
+def _unpeeked(variant, name, why):
     """The arm of `plans.UNPEEKED_RAMPS[variant]`: (name, selection, why)."""
     steps = ", ".join(f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
         plans.UNPEEKED_RAMPS[variant]))
-    name = variant.replace("_ramp", "")
-    return (f"the {name} ramp written without the noise scale ({steps}, 0.4 "
+    return (f"the {name} written without the noise scale ({steps}, 0.4 "
             "x the batch / 128)", dict(kind="ramp", variant=variant, rate=0.4,
                                        epochs=24, optimizer="sgd"), why)
 
@@ -49,53 +57,78 @@ BASELINE_ARMS = (
     ("fixed 1,024 at 0.8 over 36 epochs", dict(
         kind="fixed", batch=1024, rate=0.8, epochs=36, optimizer="sgd"),
      "the decisive arm's rate; its decay ends after the grown runs'"),
-    *(_unpeeked(variant, why) for variant, why in (
-        ("linear_ramp", "Megatron-LM's `--rampup-batch-size` shape, 128 to "
-                        "1,024 over the first quarter of the samples, fixed "
-                        "in the plan before any run"),
-        ("doubling", "128 doubled at epochs 2, 4 and 6, fixed in the plan "
-                     "before any run"))),
+    *(_unpeeked(variant, name, why) for variant, name, why in (
+        ("linear_ramp", "linear ramp",
+         "Megatron-LM's `--rampup-batch-size` shape, 128 to 1,024 over the "
+         "first quarter of the samples, fixed in the plan before any run"),
+        ("doubling", "doubling ramp",
+         "128 doubled at epochs 2, 4 and 6, fixed in the plan before any "
+         "run"),
+        ("start512", f"ramp from {START}",
+         f"the defaults' start ({START} from the first update, at "
+         f"{START_RATE:g}) with no measurement, 1,024 from a quarter of the "
+         "samples; fixed in the plan before any run (issue 74)"))),
 )
 
 
-# The defaults' start and target (`adaptive_batch.defaults`) from the plans'
-# small batch: a ramp written without the noise scale starts at that batch.
-_START_AND_MEASUREMENT = (
-    f": the defaults ({defaults.START_MULTIPLE * plans.SMALL_BATCH} from the "
-    f"first update by their start multiple, then "
-    f"{defaults.NOISE_SCALE_MULTIPLE:g} x B_simple as measured) add something "
-    "this schedule written without the noise scale lacks there; these arms do "
-    "not tell the start multiple's share from the measurement's")
+def ramp_start(sel):
+    """How a ramp arm (`BASELINE_ARMS`' selection) starts: "peeked" (its
+    schedule read from the grown runs), "start" (written without the noise
+    scale, from the defaults' start, `START`), or "small" (written without
+    it, from below that start)."""
+    if sel["variant"] is None:
+        return "peeked"
+    first = plans.batch_steps(plans.UNPEEKED_RAMPS[sel["variant"]])[0][1]
+    return "start" if first == START else "small"
 
 
-def ramp_sentence(result, peeked):
-    """What the defaults against a ramp say, from their verdicts. Without a
-    verdict either way the two could not be told apart (no equivalence is
-    shown); a `peeked` ramp (its schedule read from the grown runs) shows
-    then that replaying the noise scale's output works, one written without
-    it that the noise scale added nothing these intervals show. Where the
-    defaults are ahead of a ramp written without it, the sentence says that
-    the defaults' start (4 x the batch from the first update) and the
-    measurement are not told apart by these arms."""
+def ramp_sentence(result, start):
+    """What the defaults against a ramp say, from their verdicts and how
+    the ramp starts (`ramp_start`). Without a verdict either way the two
+    could not be told apart (no equivalence is shown): for a "peeked" ramp
+    that replaying the noise scale's output works; for one from the
+    defaults' start ("start") that the updates the defaults save over the
+    ramps from 128 are not shown to come from the measurement; for one from
+    128 ("small") that the grown batch added nothing these intervals show.
+    Where the defaults are ahead: of a ramp from their start, the
+    measurement adds something beyond the start there; of one from 128,
+    these arms do not tell the start's share from the measurement's."""
     verdicts = _verdicts(result)
     ahead = [name for name, word in verdicts if word == "ahead"]
     behind = [name for name, word in verdicts if word == "behind"]
+    shared = (f"this ramp shares the defaults' start ({START:,} from the "
+              f"first update, at {START_RATE:g}) and measures nothing")
     if not ahead and not behind:
         head = ("The grown batch and this ramp could not be told apart "
                 "(no verdict either way, on final accuracy or at any "
                 "target; not an equivalence test): ")
-        return head + (
-            "its schedule was read from the grown runs of seeds 0-4, so "
-            "this shows that replaying the noise scale's output works, not "
-            "that a schedule written without it would." if peeked else
-            "written without the noise scale, it did not fall behind where "
-            "these intervals could see, so the noise scale added nothing "
-            "they show over it.")
+        return head + {
+            "peeked": "its schedule was read from the grown runs of seeds "
+                      "0-4, so this shows that replaying the noise scale's "
+                      "output works, not that a schedule written without it "
+                      "would.",
+            "start": shared + ", so the updates the grown batch saves over "
+                     "the ramps from 128 are not shown to come from the "
+                     "measurement: the start may account for them.",
+            "small": "written without the noise scale, from 128, it did not "
+                     "fall behind where these intervals could see, so the "
+                     "grown batch (its start and its measurement together) "
+                     "added nothing they show over it."}[start]
     parts = []
     if ahead:
         parts.append("the grown batch is ahead of this ramp on "
-                     + ", ".join(ahead) + (
-                         "" if peeked else _START_AND_MEASUREMENT))
+                     + ", ".join(ahead) + {
+                         "peeked": "",
+                         "start": ": " + shared + ", so there the "
+                                  "measurement adds something beyond the "
+                                  "start",
+                         "small": f": this ramp starts at "
+                                  f"{plans.SMALL_BATCH} where the defaults "
+                                  f"start at {START:,} and then follow the "
+                                  "measured B_simple, so these arms do not "
+                                  "tell the start's share from the "
+                                  "measurement's (the ramp from "
+                                  f"{START:,} does)"}[start])
     if behind:
         parts.append("this ramp is ahead of the grown batch on "
                      + ", ".join(behind))
@@ -140,15 +173,6 @@ def planned(sel):
                 if all(s.get(k) == v for k, v in sel.items())})
 
 
-def interim(result):
-    """`result` (`stats.compare`) with every verdict "interim": an arm
-    short of its plan's seeds decides nothing yet."""
-    result["accuracy"]["verdict"] = "interim"
-    for x in result["targets"].values():
-        x["verdict"] = "interim"
-    return result
-
-
 def baseline_findings(runs):
     """The defaults against each of `BASELINE_ARMS` on `BASELINE_MACHINE`
     and the decisive seeds: [{name, machine, chosen_on, n (a, b), planned
@@ -171,7 +195,7 @@ def baseline_findings(runs):
         out.append(dict(name=name, machine=BASELINE_MACHINE, chosen_on=chosen,
                         n=n, planned=plan, interim=bool(result) and short,
                         status=status, result=result,
-                        ramp=ramp_sentence(result, sel["variant"] is None)
+                        ramp=ramp_sentence(result, ramp_start(sel))
                         if result and not short and sel["kind"] == "ramp"
                         else None,
                         rule=long_rule(here, a, None if out[0]["interim"]
@@ -204,7 +228,8 @@ def baseline_lines(found):
             x = res["targets"][t]
             parts.append(
                 f"{show.target(t)}: updates ratio {show.interval(*x['ratio'], 3)} "
-                f"**{x['verdict']}**{show.holm_mark(x)} (reached {x['a_reached']}/{f['n'][0]} "
+                f"**{x['verdict']}**{show.holm_mark(x)}{show.rank(x)} (reached "
+                f"{x['a_reached']}/{f['n'][0]} "
                 f"vs {x['b_reached']}/{f['n'][1]}; among those, "
                 f"{show.interval(*x['reaching_ratio'], 3)})")
         lines.append(head + f"; {f['chosen_on']}): " + "; ".join(parts) + "."

@@ -86,10 +86,26 @@ def comparison(runs, claim, sel_a, sel_b, chosen, choosing=()):
     return out
 
 
-def floor_line(runs):
+def floor_findings(runs):
     """The defaults' final accuracy on the decisive seeds against `FLOOR`,
-    and the small batch's own (`SMALL`) on each kind it ran on."""
-    lines = []
+    per machine kind with 2 seeds or more: [{machine, n, mean, low, high
+    (Student's t), verdict ("above", "below", "cannot tell")}]."""
+    out = []
+    for machine in sorted({r["kind_of_machine"] for r in runs}):
+        a = arm([r for r in runs if r["kind_of_machine"] == machine], "a",
+                **dict(COMPARISONS[0][1]))
+        if len(a.seeds) >= 2:
+            mean, lo, hi = stats.mean_interval(a.final)
+            out.append(dict(machine=machine, n=len(a.seeds), mean=mean,
+                            low=lo, high=hi, verdict=stats.verdict(
+                                lo, hi, "higher", FLOOR).replace(
+                                "ahead", "above").replace("behind", "below")))
+    return out
+
+
+def floor_line(runs):
+    """`floor_findings` in words, with the small batch's own final accuracy
+    (`SMALL`) on each kind it ran on."""
     small = []
     for machine in sorted({r["kind_of_machine"] for r in runs}):
         s = arm([r for r in runs if r["kind_of_machine"] == machine], "s",
@@ -99,20 +115,13 @@ def floor_line(runs):
                          f"{float(np.std(s.final, ddof=1)):.4f} (n = "
                          f"{len(s.seeds)}, seeds "
                          f"{', '.join(map(str, s.seeds))}, {machine})")
-    for machine in sorted({r["kind_of_machine"] for r in runs}):
-        a = arm([r for r in runs if r["kind_of_machine"] == machine], "a",
-                **dict(COMPARISONS[0][1]))
-        if len(a.seeds) >= 2:
-            mean, lo, hi = stats.mean_interval(a.final)
-            lines.append(
-                f"- **The defaults' final accuracy against the goal's floor "
-                f"of {FLOOR}** ({machine}; n = {len(a.seeds)}): "
-                f"{show.interval(mean, lo, hi, 4)}: **"
-                + stats.verdict(lo, hi, "higher", FLOOR).replace(
-                    "ahead", "above").replace("behind", "below") + "**. The "
-                "floor is not the small batch's accuracy: fixed 128 at 0.4 "
-                "ended at " + ("; ".join(small) or "(not recorded)") + ".")
-    return lines
+    return [f"- **The defaults' final accuracy against the goal's floor of "
+            f"{FLOOR}** ({f['machine']}; n = {f['n']}): "
+            f"{show.interval(f['mean'], f['low'], f['high'], 4)}: "
+            f"**{f['verdict']}**. The floor is not the small batch's "
+            "accuracy: fixed 128 at 0.4 ended at "
+            + ("; ".join(small) or "(not recorded)") + "."
+            for f in floor_findings(runs)]
 
 
 def pools(runs):
@@ -151,8 +160,8 @@ def finding_lines(found, brief=False, targets=TARGETS):
                 f"{x['b_reached']}/{b['n']} (Fisher p = {x['fisher_p']:.3f}), "
                 f"median updates {show.interval(*x['a_median'])} vs "
                 f"{show.interval(*x['b_median'])}, ratio "
-                f"{show.interval(*x['ratio'], 3)} **{x['verdict']}**{show.holm_mark(x)} (among "
-                f"the seeds that reach it: "
+                f"{show.interval(*x['ratio'], 3)} **{x['verdict']}**{show.holm_mark(x)}"
+                f"{show.rank(x)} (among the seeds that reach it: "
                 f"{show.interval(*x['reaching_ratio'], 3)})")
         if brief:
             lines.append(head + "".join(f"; {p}" for p in per) + ".")

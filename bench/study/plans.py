@@ -14,6 +14,7 @@ measurements use seeds from 100 on, decided here before they run.
 
 import math
 import os
+import typing
 
 from bench.core import provenance
 from bench.core import runspec
@@ -417,18 +418,30 @@ DEPTH_REDUCED = _depth(6, (1024, 4096), "depth_reduced")
 # measured on seeds 101-105, so every arm has n = 5. A sweep's extensions
 # are replayed from the runs no extension made (`_replay`), so each stays a
 # run of the plan once the best it found is interior.
+# The warmup bracketed (issue 74), fixed before it ran: once the grid's best
+# is bracketed along the rate, while the best lies at the longest warmup
+# run, the next warmup of `MOMENTUM_LONGER` at the best rate and its two
+# neighbours (x 1/2, x 2) on seed 100, that row's best extended along the
+# rate as the grid's is; 5.8 is 2 x 2.9, and 9 (not 11.6) leaves a quarter
+# of the 12-epoch run to decay: a best at 9 is measured as it is, its
+# warmup bounded below only. The bracketed best is measured on seeds
+# 101-105 (the grid's best too, issue 60's arm), and SGD with plain
+# momentum (no Nesterov) at its warmup and rate on the same seeds.
 MOMENTUM_BATCH, MOMENTUM_RATES = 4096, (0.1, 0.2, 0.4, 0.8, 1.6)
 MOMENTUM_WARMUPS = (recipe_rates.warmup_epochs_for(
     "lars_mixed", "auto", MOMENTUM_BATCH, DEPTH_EPOCHS), 2.9)
+MOMENTUM_LONGER = (5.8, 9.0)
 MOMENTUM_MEASURE = (101, 102, 103, 104, 105)
 LAYERWISE = ("lars_mixed", "lamb_mixed")
 
 
-def nesterov(rate, warmup, seeds):
+def nesterov(rate, warmup, seeds, on=True):
     """SGD with Nesterov momentum on ResNet-20 w16 at 4,096, its variant
-    named by its warmup ('nesterov_w1.43')."""
-    return [dict(s, variant=f"nesterov_w{warmup:.3g}",
-                 flags=dict(nesterov="true"))
+    named by its warmup ('nesterov_w1.43'); `on` False: plain momentum
+    ('momentum_w2.9', `--nesterov=false`)."""
+    name = "nesterov" if on else "momentum"
+    return [dict(s, variant=f"{name}_w{warmup:.3g}",
+                 flags=dict(nesterov="true" if on else "false"))
             for s in fixed(MOMENTUM_BATCH, rate, seeds, epochs=DEPTH_EPOCHS,
                            workload="resnet20_w16", warmup_epochs=warmup)]
 
@@ -496,23 +509,72 @@ def momentum_swept(runs, kind, arm):
             if str(r.get("variant", "")).startswith("nesterov")}
 
 
-def momentum_chain(runs, kind):
-    """`_replay` of the Nesterov sweep on machine kind `kind` from its grid
-    (both warmups x `MOMENTUM_RATES`); (None, None, []) until the whole
-    grid has run there."""
-    by = momentum_swept(runs, kind, "nesterov")
-    grid = {momentum_key(w, x) for w in MOMENTUM_WARMUPS
+def momentum_grid():
+    """The Nesterov grid's (warmup, rate) keys: both warmups x the rates."""
+    return {momentum_key(w, x) for w in MOMENTUM_WARMUPS
             for x in MOMENTUM_RATES}
-    if not grid <= by.keys():
-        return None, None, []
-    return _replay(by, grid)
 
 
 def momentum_best(runs, kind):
-    """((warmup, rate) of the Nesterov sweep's best on seed 100 among the
-    runs of machine kind `kind`, the (warmup, rate) to run next or None):
-    None, None until every rate of the grid has run at both warmups."""
-    return momentum_chain(runs, kind)[:2]
+    """((warmup, rate) of the Nesterov grid's best on seed 100 among the
+    runs of machine kind `kind`, the (warmup, rate) to run next along the
+    rate or None): None, None until every rate of the grid has run at both
+    warmups. The grid's best alone: `momentum_chain` brackets its warmup."""
+    by = momentum_swept(runs, kind, "nesterov")
+    if not momentum_grid() <= by.keys():
+        return None, None
+    return _replay(by, momentum_grid())[:2]
+
+
+class Chain(typing.NamedTuple):
+    """The Nesterov sweep of one machine kind on seed 100 (`momentum_chain`):
+    `grid_best` (warmup, rate) once the grid is bracketed along the rate,
+    else None; `best` so far (None before the grid has run); `next`, the
+    (warmup, rate) points to run next ([] once bracketed); `ran`, the points
+    beyond the grid run so far, in order (the plan gives them again)."""
+    grid_best: tuple
+    best: tuple
+    next: list
+    ran: list
+
+
+def _longer(swept, best):
+    """The next warmup row while `best` lies at the longest warmup of
+    `swept` ({(warmup, rate): run}): `MOMENTUM_LONGER`'s next warmup at
+    the best rate and its neighbours; [] where a longer warmup lost, or
+    there is none."""
+    longest = max(w for w, _ in swept)
+    warmup, rate = best
+    longer = [w for w in MOMENTUM_LONGER if w > longest + 1e-6]
+    if round(warmup, 6) < longest or not longer:
+        return []
+    return [(longer[0], rate / 2), (longer[0], rate), (longer[0], rate * 2)]
+
+
+def momentum_chain(runs, kind):
+    """The `Chain` of the Nesterov sweep on machine kind `kind`: its grid
+    (both warmups x `MOMENTUM_RATES`) replayed along the rate (`_replay`),
+    then, bracketed there, its warmup (`_longer`): each longer row's best
+    extended along the rate as the grid's is (`_kind_best`), until a
+    shorter warmup wins or `MOMENTUM_LONGER` ends. Replayed from the grid
+    each time, so every point beyond it stays a run of the plan."""
+    by = momentum_swept(runs, kind, "nesterov")
+    if not momentum_grid() <= by.keys():
+        return Chain(None, None, [], [])
+    first, beyond, ran = _replay(by, momentum_grid())
+    if beyond is not None:
+        return Chain(None, first, [beyond], ran)
+    swept = {k: by[k]
+             for k in momentum_grid() | {momentum_key(*p) for p in ran}}
+    low, high = min(MOMENTUM_RATES), max(MOMENTUM_RATES)
+    while True:
+        best, beyond = _kind_best(swept, low, high)
+        step = [beyond] if beyond else _longer(swept, best)
+        left = [p for p in step if momentum_key(*p) not in by]
+        ran = ran + [p for p in step if momentum_key(*p) in by]
+        if not step or left:
+            return Chain(first, best, left, ran)
+        swept.update((momentum_key(*p), by[momentum_key(*p)]) for p in step)
 
 
 def _extension(run, own):
@@ -562,18 +624,27 @@ def _momentum_sweep():
 
 
 def _momentum_then_on(runs, kind):
-    """The waiting runs of machine kind `kind`: the sweep's extensions
-    (those run, then the next) or its best on the measuring seeds, and each
-    layer-wise optimizer's; run on `kind`'s backend ('CPU VM / TensorFlow':
-    tensorflow). On a kind other than `MOMENTUM_KIND`, whose sweep is the
-    plan's own specs, the sweep too, and every run keyed by its backend,
-    apart from the decisive kind's."""
+    """The waiting runs of machine kind `kind`: the Nesterov sweep's chain
+    beyond the grid (those run, then the next; `momentum_chain`), then
+    its bracketed best and plain momentum there on the measuring seeds,
+    the grid's best there too (issue 60's arm, measured once the grid is
+    bracketed along the rate), and each layer-wise optimizer's; run on
+    `kind`'s backend ('CPU VM / TensorFlow': tensorflow). On a kind other
+    than `MOMENTUM_KIND`, whose sweep is the plan's own specs, the sweep
+    too, and every run keyed by its backend, apart from the decisive
+    kind's."""
     out = [] if kind == MOMENTUM_KIND else _momentum_sweep()
-    best, beyond, ran = momentum_chain(runs, kind)
-    for warmup, rate in ran + ([beyond] if beyond else []):
+    chain = momentum_chain(runs, kind)
+    for warmup, rate in chain.ran + chain.next:
         out += nesterov(rate, warmup, DEPTH_CHOOSE)
-    if best is not None and beyond is None:
-        out += nesterov(best[1], best[0], MOMENTUM_MEASURE)
+    if not chain.next and chain.best is not None:
+        warmup, rate = chain.best
+        out += nesterov(rate, warmup, MOMENTUM_MEASURE)
+        out += nesterov(rate, warmup, MOMENTUM_MEASURE, on=False)
+    if chain.grid_best is not None and (chain.next
+                                        or chain.grid_best != chain.best):
+        out += nesterov(chain.grid_best[1], chain.grid_best[0],
+                        MOMENTUM_MEASURE)
     backend = kind.rsplit(" / ", 1)[-1].lower()
     for o in LAYERWISE:
         best, beyond, ran = layerwise_chain(runs, o, kind)
@@ -595,8 +666,8 @@ _SWEEP_ORDER = (0.4, 0.8, 0.2, 1.6, 0.1)  # The likeliest bests first.
 MOMENTUM_KIND = "CPU VM / TensorFlow"
 MOMENTUM = Plan(
     "momentum", "lars_depth_study",
-    "Nesterov SGD tuned as LARS was against LARSMixed and LAMBMixed, "
-    "ResNet-20 w16 at 4,096, n = 5 a side",
+    "Nesterov SGD, its rate and warmup bracketed, against LARSMixed, "
+    "LAMBMixed and plain momentum, ResNet-20 w16 at 4,096, n = 5 a side",
     tuple(dict(s, for_kind=MOMENTUM_KIND) for s in _momentum_sweep())
     + tuple(dict(s, run_backend="tensorflow", for_kind=MOMENTUM_KIND)
             for rate in (0.032, 0.064)

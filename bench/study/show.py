@@ -26,10 +26,17 @@ def holm_mark(verdict):
     return " †" if verdict.get("holm") is False else ""
 
 
+def rank(x):
+    """'; exact rank test p = 0.0079' after an updates verdict that has
+    one (`stats.RANK_SEEDS` seeds a side or fewer), else ''."""
+    return f"; exact rank test p = {x['rank_p']:.4f}" if "rank_p" in x else ""
+
+
 def pair(result, n, target=0.90):
     """A comparison (`stats.compare`) of arms of `n` seeds in words: the
     final accuracy's difference and, at `target`, reach (Fisher), median
-    updates and their ratio, each verdict with its Holm mark."""
+    updates and their ratio (and the exact rank test's p, `rank`), each
+    verdict with its Holm mark."""
     acc, x = result["accuracy"], result["targets"][target]
     return (f"final accuracy {result['a']['mean']:.4f} vs "
             f"{result['b']['mean']:.4f}, difference "
@@ -38,4 +45,5 @@ def pair(result, n, target=0.90):
             f"{x['a_reached']}/{n[0]} vs {x['b_reached']}/{n[1]} (Fisher p = "
             f"{x['fisher_p']:.3f}), median updates {interval(*x['a_median'])}"
             f" vs {interval(*x['b_median'])}, ratio "
-            f"{interval(*x['ratio'], 3)} **{x['verdict']}**{holm_mark(x)}")
+            f"{interval(*x['ratio'], 3)} **{x['verdict']}**{holm_mark(x)}"
+            + rank(x))

@@ -4,8 +4,10 @@ An arm is one configuration run over seeds on one machine kind: each seed
 gives a final accuracy and, per target, the updates it took to reach it
 (None: never, counted as +infinity). Medians and their intervals are
 percentile bootstraps over seeds; the accuracy difference is Welch's
-interval; reach shares are compared with Fisher's exact test. A verdict
-word is derived from an interval, never typed.
+interval; reach shares are compared with Fisher's exact test; at 5 seeds a
+side or fewer the updates also get the exact rank test (Mann-Whitney),
+whose p cannot fall below 2 / C(na + nb, na) where a bootstrap's can reach
+0. A verdict word is derived from an interval, never typed.
 """
 
 import dataclasses
@@ -49,6 +51,9 @@ class Arm:
     updates_to: dict  # target -> tuple of updates (None: never)
     # Each run's commit ("" where its record names none, before 2026-11-29).
     commits: tuple = ()
+    # Each run's processor ("" where its record names none, before
+    # 2026-11-29 midday).
+    processors: tuple = ()
 
     def __post_init__(self):
         for i, seed in enumerate(self.seeds):
@@ -126,6 +131,35 @@ def ratio_p(a_values, b_values, draws=20000, rng_seed=0):
         return 1.0
     r = _ratio_draws(a_values, b_values, draws, rng_seed)
     return float(min(1.0, 2 * min(np.mean(r >= 1), np.mean(r <= 1))))
+
+
+def mann_whitney_p(a_values, b_values):
+    """The two-sided p of the exact Mann-Whitney (Wilcoxon rank-sum) test
+    that a and b come from one distribution. None counts as +infinity;
+    tied values take their mid-ranks, and the null distribution is the
+    rank sum of a over every split of the pooled values into groups of
+    len(a) and len(b), each equally likely: exact with ties too (without
+    them it is scipy's `mannwhitneyu(method="exact")`). p is twice the
+    smaller tail at the observed rank sum, at most 1 (5 vs 5 fully apart:
+    2 / C(10, 5) = 0.0079); 1.0 when an arm is empty. The splits are
+    counted per rank sum by a dynamic programme over the pooled values, not
+    listed, so 10 vs 10 costs what 5 vs 5 does."""
+    a, b = _inf(a_values), _inf(b_values)
+    if not len(a) or not len(b):
+        return 1.0
+    # Mid-ranks are whole or halves: doubled, they are integers.
+    twice = np.rint(2 * sps.rankdata(np.concatenate([a, b]))).astype(np.int64)
+    na, top = len(a), int(twice.sum())
+    # counts[k, s]: the ways to pick k of the values so far with doubled
+    # rank sum s.
+    counts = np.zeros((na + 1, top + 1), np.float64)
+    counts[0, 0] = 1.0
+    for r in twice:
+        counts[1:, r:] += counts[:-1, :top + 1 - r].copy()
+    dist = counts[na] / counts[na].sum()
+    observed = int(twice[:na].sum())
+    lower, upper = dist[:observed + 1].sum(), dist[observed:].sum()
+    return float(min(1.0, 2 * min(lower, upper)))
 
 
 def welch_p(a, b):
@@ -241,6 +275,19 @@ def _describe(arm, targets):
 # its 95% interval of a median is about [min, max], which holds the true
 # median with probability 1 - 2 / 2**n: 75%, 88%, 94% for 3, 4, 5.)
 MIN_SEEDS = 5
+# At most this many seeds a side, the updates also get the exact rank test
+# (`mann_whitney_p`, "rank_p"): the bootstrap's p can reach 0 there, the
+# rank test's not below 2 / C(na + nb, na).
+RANK_SEEDS = 5
+
+
+def _processors(arm):
+    """{processor: [seeds]} of an arm's runs ("": their records name
+    none)."""
+    out = {}
+    for seed, cpu in zip(arm.seeds, arm.processors or ("",) * len(arm.seeds)):
+        out.setdefault(cpu, []).append(seed)
+    return out
 
 
 def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
@@ -249,14 +296,16 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
     difference a - b (Welch, `mean_difference`) with low, high and verdict
     ('higher' better), "targets": {target: a_reached, b_reached, a_median,
     b_median (`bootstrap_median` triples), ratio (a / b,
-    `ratio_of_medians`), reaching_ratio (the same among the seeds of each
+    `ratio_of_medians`), rank_p (`mann_whitney_p`, with `RANK_SEEDS` seeds
+    a side or fewer only), reaching_ratio (the same among the seeds of each
     arm that reach the target only: no verdict, it leaves out the seeds
     that decide most), verdict ('lower' better; "cannot tell" below
     `MIN_SEEDS` seeds in an arm), fisher_p (one direction only: that a
     reaches it more often than b)}. Arms on different machines are refused
     unless `pooled_ok`. "accuracy" and each target also give `p` (Welch's,
     the bootstrap's: `welch_p`, `ratio_p`) for a correction over the page's
-    verdicts (`holm`); "commits": the commits each arm's runs ran."""
+    verdicts (`holm`); "commits": the commits each arm's runs ran;
+    "processors": {processor: [seeds]} of each arm's runs ("": unnamed)."""
     if a.machine != b.machine and not pooled_ok:
         raise ValueError(f"arms on different machines: `{a.name}` on "
                          f"{a.machine}, `{b.name}` on {b.machine} (pool them "
@@ -265,7 +314,9 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
     out = dict(a=_describe(a, targets), b=_describe(b, targets), accuracy=dict(
         diff=diff, low=lo, high=hi, verdict=verdict(lo, hi, "higher", 0.0),
         p=welch_p(a.final, b.final)), targets={},
-        commits=dict(a=sorted(set(a.commits)), b=sorted(set(b.commits))))
+        commits=dict(a=sorted(set(a.commits)), b=sorted(set(b.commits))),
+        processors=dict(a=_processors(a), b=_processors(b)))
+    few = max(len(a.seeds), len(b.seeds)) <= RANK_SEEDS
     for t in targets:
         ua, ub = a.updates_to[t], b.updates_to[t]
         ra = sum(v is not None for v in ua)
@@ -281,4 +332,6 @@ def compare(a, b, targets, draws=20000, rng_seed=0, pooled_ok=False):
             if min(len(ua), len(ub)) >= MIN_SEEDS else "cannot tell",
             p=ratio_p(ua, ub, draws, rng_seed),
             fisher_p=fisher_one_sided(ra, len(ua), rb, len(ub)))
+        if few:
+            out["targets"][t]["rank_p"] = mann_whitney_p(ua, ub)
     return out

@@ -452,7 +452,7 @@ def test_a_baseline_short_of_its_plan_is_interim_with_no_verdict():
     assert "n = 10 vs 3 of 10 planned: interim" in line
     assert "ahead" not in line and "cannot tell" not in line
     # The 36-epoch arm plans 10 seeds since its first 5 changed a verdict.
-    assert [f["planned"][1] for f in found] == [10] * 6
+    assert [f["planned"][1] for f in found] == [10] * 7
 
 
 def _fixed_1024(updates, epochs):
@@ -644,3 +644,166 @@ def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
         "0,10,1.0,0.5,1.1\n1,10,0.9,0.6,1.0\n2,10,0.8,0.9,0.9\n")
     record = runspec.collect({"epochs": 3}, str(tmp_path), 12.34)
     assert (record["epochs_timed"], record["wall_seconds"]) == (2, 12.3)
+
+
+def _short_run(seed=104):
+    """A 1-epoch fixed run whose evaluations stopped a quarter short."""
+    spec = plans.fixed(32, 0.1, [seed], epochs=1)[0]
+    return dict(spec, val_accuracy=0.5, val_accuracy_per_epoch=[0.5],
+                num_train=10, evals=[[0.25, 0.25, 0.3], [0.5, 0.5, 0.4],
+                                     [1.0, 0.75, 0.5]])
+
+
+def test_a_record_short_of_its_spec_is_found_and_said():
+    short = _short_run()
+    assert runspec.incomplete(short) == (
+        "3 of 4 evaluations; ends at 0.75 updates of 1")
+    whole = dict(short, evals=[[e / 4, e / 4, 0.5] for e in range(1, 5)])
+    assert runspec.incomplete(whole) is None
+    assert runspec.incomplete(dict(whole, val_accuracy_per_epoch=[])) == (
+        "0 of 1 epochs")
+    assert runspec.finished_keys([short, whole]) == {runspec.run_key(whole)}
+    # A task's or a program's record has no evaluations to count.
+    assert runspec.incomplete({"part": "a", "result": {}}) is None
+
+
+def test_the_short_h200_run_is_the_only_one_left_out_of_the_report():
+    """LARSMixed at 10 on the H200, seed 104: 47 evaluations of 48, its
+    labels a quarter epoch ahead of its updates, ending at 172.6 updates
+    where its spec implies 176.25. Every other compared run is whole. (Once
+    it has run again and been merged, the short record is kept under the
+    record's `incomplete`.)"""
+    key = "resnet20_w16|fixed|lars_mixed|12|4096|10|104|jax"
+    path = plans.MOMENTUM.path()
+    (short,) = [r for r in records.load(path) + records.incomplete(path)
+                if runspec.run_key(r) == key and runspec.incomplete(r)]
+    assert runspec.incomplete(short) == (
+        "47 of 48 evaluations; ends at 172.562 updates of 176.25")
+    assert [k for _, _, k, _ in selection.left_out()] in ([key], [])
+    assert not any(runspec.incomplete(r) for r in selection.load_all())
+
+
+def _fake_command(monkeypatch, accuracy=0.5):
+    """The command replaced by a stand-in that writes a whole 1-epoch run
+    (4 evaluations, 1 update at the end) into its folder."""
+    fake = (
+        "import json, os, sys\n"
+        "d = [a.split('=', 1)[1] for a in sys.argv if a.startswith('--model_dir=')][0]\n"
+        "assert not os.path.exists(os.path.join(d, 'summary.json'))\n"
+        f"json.dump(dict(val_accuracy={accuracy}, num_train=10, backend='jax'),"
+        " open(os.path.join(d, 'summary.json'), 'w'))\n"
+        "open(os.path.join(d, 'history.csv'), 'w').write("
+        "'val_accuracy,val_loss,loss,images_per_sec\\n0.5,1,1,10\\n')\n"
+        "open(os.path.join(d, 'evals.csv'), 'w').write("
+        "'epoch,updates,val_loss,val_accuracy\\n' + ''.join("
+        "f'{e / 4},{e / 4},1,0.5\\n' for e in range(1, 5)))\n")
+    monkeypatch.setattr(runspec, "train_command",
+                        lambda argv: [sys.executable, "-c", fake, *argv])
+
+
+def test_a_short_run_runs_again_afresh_and_its_record_is_kept_aside(
+        tmp_path, monkeypatch):
+    _fake_command(monkeypatch)
+    short = _short_run()
+    spec = plans.fixed(32, 0.1, [104], epochs=1)[0]
+    record, work = str(tmp_path / "record.json"), str(tmp_path / "runs")
+    records.save(record, [short])
+    # Its folder holds the short run's files: set aside, not resumed.
+    old = runspec.model_dir(spec, work)
+    os.makedirs(old)
+    open(os.path.join(old, "summary.json"), "w").write("{}")
+    log = []
+    (done,) = pool.run([spec], record, work, log=log.append)
+    assert runspec.incomplete(done) is None
+    assert log[0].startswith(f"again {runspec.run_key(spec)}: its record is "
+                             "short; its folder set aside as ")
+    assert os.path.exists(old + ".incomplete-1/summary.json")
+    assert records.load(record) == [done]
+    assert [runspec.run_key(r) for r in records.incomplete(record)] == [
+        runspec.run_key(short)]
+    assert pool.run([spec], record, work) == []
+
+
+def test_merge_refuses_a_short_run_and_replaces_one_here(tmp_path, capsys):
+    from bench.study.__main__ import merge
+
+    short, other = _short_run(104), _short_run(105)
+    whole = dict(short, evals=[[e / 4, e / 4, 0.5] for e in range(1, 5)])
+    here, there = str(tmp_path / "here.json"), str(tmp_path / "there.json")
+    records.save(here, [short])
+    records.save(there, [whole, other])
+    merge(there, here)
+    said = capsys.readouterr().out.splitlines()
+    assert said == [f"{there}: refused {runspec.run_key(other)}: its record "
+                    "is short (3 of 4 evaluations; ends at 0.75 updates of "
+                    "1)", f"{there}: 1 new runs in {here}"]
+    assert records.load(here) == [whole]
+    assert records.incomplete(here) == [short]
+    # A whole run here is not replaced by another machine's.
+    merge(str(tmp_path / "there.json"), here)
+    assert records.load(here) == [whole]
+
+
+def test_the_findings_table_has_a_row_a_claim_and_fits_under_40_lines():
+    """The page's table, from the records as the report computes it: every
+    row names its kind and n a side; the H200's short LARSMixed run makes
+    its comparison interim."""
+    from bench.study import headline
+    from bench.study import momentum
+
+    runs = selection.load_all()
+    found = momentum.momentum_all(runs)
+    lines = headline.table_lines(
+        baselines.baseline_findings(runs), findings.floor_findings(runs),
+        depth.depth_findings(runs), found, 37)
+    assert len(lines) < 40
+    rows = [x for x in lines[2:] if x.startswith("| ")]
+    assert all(len(r.split(" | ")) == 6 for r in rows)
+    assert lines[0] == ("| claim | kind / backend | n a side | 95% interval "
+                        "| verdict | † |")
+    h200 = [r for r in rows if "LARSMixed vs Nesterov" in r and "H200" in r]
+    assert h200 and all("| 4 / 5 |" in r and "interim (4 of 5)" in r
+                        for r in h200)
+    assert "over the report's 37 verdicts" in lines[-1]
+
+
+def test_the_report_writes_the_table_into_the_page_between_its_markers(
+        tmp_path):
+    from bench.study import headline
+
+    page = tmp_path / "page.md"
+    page.write_text(f"# T\n\nabove\n{headline.BEGIN}\nold\n{headline.END}\n"
+                    "below\n")
+    headline.embed(["| a |", "| b |"], str(page))
+    assert page.read_text() == (f"# T\n\nabove\n{headline.BEGIN}\n| a |\n"
+                                f"| b |\n{headline.END}\nbelow\n")
+    headline.embed(["| c |"], str(page))
+    assert page.read_text().count(headline.BEGIN) == 1
+    assert "| a |" not in page.read_text() and "| c |" in page.read_text()
+    bare = tmp_path / "bare.md"
+    bare.write_text("# T\n")
+    with pytest.raises(ValueError, match="has no findings table"):
+        headline.embed(["| a |"], str(bare))
+
+
+def test_the_study_page_opens_with_its_table_and_the_readme_with_what_it_is():
+    """docs/large-batch-study.md: at most 350 lines, its findings table
+    (between the report's markers, under 40 lines) the first thing under
+    "Findings"; the README's opening says what the package is and points
+    to that table, no interval in it."""
+    import re
+
+    from bench.study import headline
+
+    text = open(headline.PAGE).read()
+    assert len(text.splitlines()) <= 350
+    section = text.split("## Findings\n", 1)[1]
+    assert section.index(headline.BEGIN) < section.index("\n## ")
+    table = section.split(headline.BEGIN, 1)[1].split(headline.END, 1)[0]
+    assert 2 < len(table.strip().splitlines()) < 40
+    assert "noise scale adds" not in text and "tuned as carefully" not in text
+    readme = open(os.path.join(bench.ROOT, "README.md")).read()
+    opening = readme.split("## Install", 1)[0]
+    assert "(docs/large-batch-study.md#findings)" in opening
+    assert not re.search(r"\[\d", opening)  # no interval
+    assert "tuned as carefully" not in readme

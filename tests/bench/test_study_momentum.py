@@ -104,8 +104,12 @@ def test_the_plan_measures_the_best_on_seeds_101_to_105_once_chosen(
     monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
     best = (plans.MOMENTUM_WARMUPS[0], 0.2)
     later = plans.MOMENTUM.then(_sweep(CPU_TF, best))
+    # The best at the shortest warmup: 2.9 bounds it, so it is measured,
+    # and plain momentum at its warmup and rate beside it.
     assert [(s["seed"], s["rate"], s["variant"], s["for_kind"])
-            for s in later] == [(seed, 0.2, "nesterov_w1.43", CPU_TF)
+            for s in later] == [(seed, 0.2, variant, CPU_TF)
+                                for variant in ("nesterov_w1.43",
+                                                "momentum_w1.43")
                                 for seed in range(101, 106)]
     # Another kind's sweep: its seeds are that kind's, not started here.
     h200 = plans.MOMENTUM.then(_sweep(H200, best))
@@ -134,7 +138,9 @@ def test_a_gpu_runs_the_whole_comparison_keyed_apart(monkeypatch):
     later = [s for s in plans.MOMENTUM.specs_here(cpu + gpu)
              if runspec.run_key(s) not in {runspec.run_key(r) for r in gpu}]
     assert [(s["seed"], s["rate"], s["run_backend"]) for s in later] == [
-        (seed, 0.8, "jax") for seed in range(101, 106)]
+        (seed, 0.8, "jax") for _ in range(2) for seed in range(101, 106)]
+    assert {s["variant"] for s in later} == {"nesterov_w1.43",
+                                             "momentum_w1.43"}
 
 
 def test_recorded_follow_ups_are_regenerated_under_any_backend(monkeypatch):
@@ -158,7 +164,8 @@ def test_recorded_follow_ups_are_regenerated_under_any_backend(monkeypatch):
     assert len(set(map(tuple, keys.values()))) == 1
     assert ("resnet20_w16|fixed|lamb_mixed|12|4096|0.128|100|tensorflow"
             in keys[STAMP[H200]])
-    assert len(keys[STAMP[H200]]) == 6  # 5 seeds of the best, LAMB beyond.
+    # 5 seeds of the best, 5 of plain momentum there, LAMBMixed beyond.
+    assert len(keys[STAMP[H200]]) == 11
 
 
 def _measured(kind, optimizer, rate, finals, variant=None, warmup=None):
@@ -193,14 +200,21 @@ def test_the_report_compares_each_layerwise_optimizer_with_the_tuned_nesterov():
     runs += _measured(CPU_TF, "sgd", 0.4, [0.99] * 5)
     found = momentum.momentum_findings(runs)
     assert found["best"] == best and found["arms"]["nesterov"]["n"] == 5
-    lars, lamb = found["pairs"]
+    lars, lamb, plain = found["pairs"]
+    # SGD without a variant is not plain momentum's arm (`momentum_w1.43`).
+    assert plain["status"] == "not run yet (n = 0)"
     assert lars["n"] == (5, 5) and lars["result"]["accuracy"]["verdict"] == "ahead"
     assert abs(lars["result"]["accuracy"]["diff"] - 0.094) < 1e-9
     assert lamb["result"]["accuracy"]["verdict"] == "cannot tell"
     lines = momentum.momentum_lines(found)
-    assert "best rate 0.4 at warmup 1.43 epochs" in lines[0]
+    assert lines[0].endswith("the grid's best 0.4 at warmup 1.43; bracketed, "
+                             "the best is 0.4 at warmup 1.43.")
     assert "**ahead**" in lines[1] and "n = 5 vs 5" in lines[1]
-    assert "LARSMixed at 5, Nesterov SGD at 0.4" in lines[1]
+    assert ("LARSMixed at 5, its best on seed 100 on that kind; Nesterov SGD "
+            "at 0.4 at warmup 1.43 epochs, its rate and warmup bracketed"
+            in lines[1])
+    # Five seeds a side: the exact rank test beside the updates' verdict.
+    assert "exact rank test p = " in lines[1]
 
 
 def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
@@ -211,32 +225,69 @@ def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
     # 3 increments of 64 over 100 samples, 50 an epoch: 64, 128, then 256.
     assert plans.megatron_ramp(64, 64, 256, 100, 50, 4) == "0:64,1:128,2:256"
     specs = plans.RAMPS.all_specs()
-    assert len(specs) == 20 and {s["seed"] for s in specs} == set(
+    assert len(specs) == 30 and {s["seed"] for s in specs} == set(
         plans.DECISIVE_SEEDS)
     schedules = {s["variant"]: s["flags"]["batch_schedule"] for s in specs}
     assert schedules == {"linear_ramp": plans.LINEAR_RAMP,
-                         "doubling": "0:128,2:256,4:512,6:1024"}
+                         "doubling": "0:128,2:256,4:512,6:1024",
+                         "start512": "0:512,6:1024"}
     # Their keys are apart from the peeked ramp's, which selects no variant.
     peeked = {runspec.run_key(s) for s in plans.BASELINES.all_specs()}
     assert not peeked & {runspec.run_key(s) for s in specs}
-    names = [n for n, sel, _ in baselines.BASELINE_ARMS if sel["kind"] == "ramp"]
-    assert len(names) == 3 and "written without the noise scale" in names[1]
+    arms = [(n, sel) for n, sel, _ in baselines.BASELINE_ARMS
+            if sel["kind"] == "ramp"]
+    assert len(arms) == 4 and "written without the noise scale" in arms[1][0]
+    assert [baselines.ramp_start(sel) for _, sel in arms] == [
+        "peeked", "small", "small", "start"]
+    assert arms[3][0].startswith("the ramp from 512 written without")
 
 
-def test_an_unpeeked_ramp_told_apart_says_what_the_noise_scale_adds():
+def test_the_ramp_from_512_starts_where_the_defaults_start(tmp_path):
+    """The ramp of issue 74: the defaults' first batch (4 x 128) and its
+    rate (1.6 = 0.4 x 512 / 128) from the first update, nothing measured,
+    1,024 from epoch 6; the command's checks pass."""
+    from keras_largebatch.adaptive_batch import defaults
+    from keras_largebatch.train import config as train_config
+
+    (spec,) = [s for s in plans.RAMPS.all_specs()
+               if s["variant"] == "start512" and s["seed"] == 100]
+    assert baselines.START == defaults.START_MULTIPLE * plans.SMALL_BATCH
+    assert plans.batch_steps(plans.START_RAMP)[0] == (0, baselines.START)
+    assert baselines.START_RATE == 1.6
+    config = train_config.parse(
+        ["prog"] + runspec.command_line(spec, str(tmp_path)))
+    assert (config.adaptive.adaptive_batch, config.adaptive.batch_schedule,
+            config.adaptive.adaptive_learning_rate) == (
+        "schedule", ((0, 512), (6, 1024)), "linear")
+
+
+def test_a_ramp_sentence_credits_the_measurement_only_against_its_start():
     result = {"accuracy": {"verdict": "cannot tell"},
               "targets": {t: {"verdict": "ahead" if t == 0.90 else
                               "cannot tell"} for t in (0.88, 0.89, 0.90, 0.905)}}
-    said = baselines.ramp_sentence(result, peeked=False)
+    # From 128: the start and the measurement are not told apart, and the
+    # noise scale is not credited.
+    said = baselines.ramp_sentence(result, "small")
     assert said.startswith("The grown batch is ahead of this ramp on 0.90: "
-                           "the defaults (512 from the first update")
-    # The defaults start at 4 x the batch and measure B_simple after: an
-    # unpeeked ramp from 128 does not separate the two.
-    assert "do not tell the start multiple's share" in said
+                           "this ramp starts at 128 where the defaults start "
+                           "at 512")
+    assert "do not tell the start's share from the measurement's" in said
+    assert "noise scale" not in said
+    # From the defaults' start: ahead there, the measurement adds something.
+    said = baselines.ramp_sentence(result, "start")
+    assert "shares the defaults' start (512 from the first update, at 1.6)" \
+        in said
+    assert said.endswith("so there the measurement adds something beyond "
+                         "the start.")
     for word in result["targets"].values():
         word["verdict"] = "cannot tell"
-    said = baselines.ramp_sentence(result, peeked=False)
+    said = baselines.ramp_sentence(result, "small")
     assert "could not be told apart" in said and "matches" not in said
+    # Not told apart from a ramp that shares the start: the gap over the
+    # ramps from 128 is not shown to come from the measurement.
+    said = baselines.ramp_sentence(result, "start")
+    assert ("the updates the grown batch saves over the ramps from 128 are "
+            "not shown to come from the measurement") in said
 
 
 def test_holm_steps_down_unlike_bonferroni_or_no_correction():
@@ -393,10 +444,154 @@ def test_each_machine_kind_is_its_own_comparison_the_decisive_first():
     assert found[1]["best"] == (plans.MOMENTUM_WARMUPS[1], 0.4)
     claims = [p["claim"] for f in found for p in f["pairs"]]
     assert claims[0].endswith("at 4,096 on CPU VM / TensorFlow")
-    assert claims[2].endswith("at 4,096 on H200 / JAX")
+    assert claims[3].endswith("at 4,096 on H200 / JAX")
     assert momentum.momentum_all([])[0]["machine"] == CPU_TF
     lines = momentum.sweep_lines([dict(r, train_loss_per_epoch=[0.7])
                                   for r in h200 + cpu])
     assert lines.index("CPU VM / TensorFlow, seed 100:") < lines.index(
         "H200 / JAX, seed 100:")
     assert sum("| best |" in x for x in lines) == 1  # the H200's 0.4
+
+
+def _row(kind, warmup, rates, reach):
+    """Nesterov on seed 100 at `warmup` over `rates`; {rate: updates to
+    0.90} in `reach` (the others never get there)."""
+    return [_nesterov(kind, warmup, r, 100, reach.get(r)) for r in rates]
+
+
+def _seed_100(specs, kind=H200):
+    """The Nesterov points beyond the grid (another kind's `then` gives
+    the grid too) on seed 100."""
+    return sorted((round(s["warmup_epochs"], 2), s["rate"]) for s in specs
+                  if s["for_kind"] == kind and s["seed"] == 100
+                  and s["optimizer"] == "sgd" and plans.momentum_key(
+                      s["warmup_epochs"], s["rate"]) not in
+                  plans.momentum_grid())
+
+
+def _measuring(specs, kind=H200):
+    return sorted({(s["variant"], s["rate"]) for s in specs
+                   if s["for_kind"] == kind and s["seed"] != 100
+                   and s["optimizer"] == "sgd"})
+
+
+def test_a_best_at_the_longest_warmup_runs_a_longer_warmup_first(
+        monkeypatch):
+    """Issue 74: the grid's best at 2.9 epochs, the grid's longest warmup,
+    is not bracketed: 5.8 at its rate and both neighbours run on seed 100
+    first; meanwhile the grid's best is measured (issue 60's arm), and
+    plain momentum waits for the bracket."""
+    monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
+    grid = _sweep(H200, (2.9, 0.4))
+    chain = plans.momentum_chain(grid, H200)
+    assert chain.grid_best == (2.9, 0.4) and chain.best == (2.9, 0.4)
+    assert chain.next == [(5.8, 0.2), (5.8, 0.4), (5.8, 0.8)]
+    later = plans.MOMENTUM.then(grid)
+    assert _seed_100(later) == [(5.8, 0.2), (5.8, 0.4), (5.8, 0.8)]
+    assert _measuring(later) == [("nesterov_w2.9", 0.4)]
+    # The longer warmup loses (never 0.90): bracketed at 2.9, measured
+    # there (once), and plain momentum at 2.9 and 0.4 beside it.
+    lost = grid + _row(H200, 5.8, (0.2, 0.4, 0.8), {})
+    chain = plans.momentum_chain(lost, H200)
+    assert (chain.best, chain.next) == ((2.9, 0.4), [])
+    assert chain.ran == [(5.8, 0.2), (5.8, 0.4), (5.8, 0.8)]
+    later = plans.MOMENTUM.then(lost)
+    assert _measuring(later) == [("momentum_w2.9", 0.4),
+                                 ("nesterov_w2.9", 0.4)]
+    assert len([s for s in later if s["variant"] == "nesterov_w2.9"
+                and s["seed"] != 100]) == 5
+
+
+def test_a_longer_warmup_that_wins_extends_until_a_worse_one_bounds_it(
+        monkeypatch):
+    monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
+    grid = _sweep(H200, (2.9, 0.4), reach=130)
+    # 5.8 at 0.4 wins, interior along the rate: 9 epochs next (the cap),
+    # at 0.4 and its neighbours.
+    won = grid + _row(H200, 5.8, (0.2, 0.4, 0.8), {0.4: 110, 0.8: 120})
+    chain = plans.momentum_chain(won, H200)
+    assert chain.best == (5.8, 0.4)
+    assert chain.next == [(9.0, 0.2), (9.0, 0.4), (9.0, 0.8)]
+    # 9 loses: bracketed at 5.8; both Nesterov points and plain momentum
+    # at 5.8 measured.
+    bounded = won + _row(H200, 9.0, (0.2, 0.4, 0.8), {0.4: 150})
+    chain = plans.momentum_chain(bounded, H200)
+    assert (chain.grid_best, chain.best, chain.next) == (
+        (2.9, 0.4), (5.8, 0.4), [])
+    later = plans.MOMENTUM.then(bounded)
+    assert _seed_100(later) == sorted(
+        (w, r) for w in (5.8, 9.0) for r in (0.2, 0.4, 0.8))
+    assert _measuring(later) == [("momentum_w5.8", 0.4),
+                                 ("nesterov_w2.9", 0.4),
+                                 ("nesterov_w5.8", 0.4)]
+    # 9 wins: no longer warmup is tried (a quarter of the run left to
+    # decay); measured at 9, its warmup bounded below only.
+    capped = won + _row(H200, 9.0, (0.2, 0.4, 0.8), {0.4: 90})
+    chain = plans.momentum_chain(capped, H200)
+    assert (chain.best, chain.next) == ((9.0, 0.4), [])
+    # A longer row's best at its highest rate: 2x beyond it first.
+    edge = grid + _row(H200, 5.8, (0.2, 0.4, 0.8), {0.8: 100})
+    assert plans.momentum_chain(edge, H200).next == [(5.8, 1.6)]
+    # The chain's runs are the plan's own: none is an orphan (the H200's
+    # keyed by its backend).
+    ran = [dict(r, run_backend="jax") for r in bounded]
+    keys = {runspec.run_key(s) for s in plans.MOMENTUM.all_specs(ran)}
+    assert {runspec.run_key(r) for r in ran} <= keys
+
+
+def test_plain_momentum_is_the_same_run_without_nesterov(tmp_path):
+    from keras_largebatch.train import config as train_config
+
+    (plain,) = plans.nesterov(0.4, 2.9, [101], on=False)
+    (nest,) = plans.nesterov(0.4, 2.9, [101])
+    assert plain["variant"] == "momentum_w2.9"
+    assert {k: v for k, v in plain.items() if k not in ("variant", "flags")} \
+        == {k: v for k, v in nest.items() if k not in ("variant", "flags")}
+    assert runspec.run_key(plain) != runspec.run_key(nest)
+    flags = [train_config.parse(["prog"] + runspec.command_line(
+        s, str(tmp_path))).optimization.nesterov for s in (plain, nest)]
+    assert flags == [False, True]
+
+
+def test_an_arm_short_of_its_seeds_is_interim_and_counted_nowhere():
+    """A layer-wise arm with 4 of its 5 measuring seeds (one left out as
+    incomplete): its comparison is shown, every verdict "interim", and the
+    audit counts none of them."""
+    best = (plans.MOMENTUM_WARMUPS[0], 0.4)
+    runs = _sweep(CPU_TF, best)
+    runs += _measured(CPU_TF, "sgd", 0.4, [0.80, 0.81, 0.82, 0.83, 0.84],
+                      "nesterov_w1.43", best[0])
+    runs += [_layerwise(CPU_TF, "lars_mixed", r, 100, reach)
+             for r, reach in zip((2.5, 5.0, 10.0), (120, 100, 110))]
+    runs += _measured(CPU_TF, "lars_mixed", 5.0, [0.91, 0.912, 0.914,
+                                                   0.916])
+    found = momentum.momentum_findings(runs)
+    lars = found["pairs"][0]
+    assert lars["n"] == (4, 5) and lars["interim"] and not lars["status"]
+    assert lars["result"]["accuracy"]["verdict"] == "interim"
+    line = momentum.momentum_lines(found)[1]
+    assert "n = 4 vs 5 of 5 planned: interim" in line and "ahead" not in line
+    assert audit.verdicts([], found["pairs"], []) == []
+
+
+def test_an_updates_verdict_at_five_seeds_survives_holm_only_with_its_rank_test():
+    """5 vs 5, fully apart: the bootstrap's p is 0, the exact rank test's
+    2 / 252; among 10 verdicts Holm asks the smallest p for 0.005, which
+    the rank test's 0.0079 misses."""
+    a, b = [100, 101, 102, 103, 104], [200, 201, 202, 203, 204]
+    arms = [stats.Arm(name, "m", tuple(range(5)), (0.9,) * 5,
+                      {0.90: tuple(v)}) for name, v in (("a", a), ("b", b))]
+    result = stats.compare(*arms, (0.90,))
+    x = result["targets"][0.90]
+    assert x["p"] == 0.0 and abs(x["rank_p"] - 2 / 252) < 1e-12
+    assert x["verdict"] == "ahead"
+    others = [("other", {"verdict": "cannot tell", "p": 0.5}, {}, {})] * 9
+    entries = [("updates", x, {"a": [""], "b": [""]},
+                {"a": {}, "b": {}})] + others
+    audit.audit_lines(entries)
+    assert x["holm"] is False
+    # Ten seeds a side: no rank test beside it, the bootstrap's p alone.
+    ten = [stats.Arm(name, "m", tuple(range(10)), (0.9,) * 10,
+                     {0.90: tuple(range(s, s + 10))})
+           for name, s in (("a", 100), ("b", 200))]
+    assert "rank_p" not in stats.compare(*ten, (0.90,))["targets"][0.90]

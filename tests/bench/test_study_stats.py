@@ -235,3 +235,27 @@ def test_a_rate_is_measured_on_other_seeds_than_chose_it(st):
     st.seeds_disjoint(range(10), range(100, 110))
     with pytest.raises(ValueError, match=r"\[0\]"):
         st.seeds_disjoint([0, 1], [0, 100])
+
+
+def test_the_exact_rank_test_is_scipys_without_ties_and_closed_form_with(st):
+    # 5 vs 5 fully apart: one split of 252 as extreme on each side.
+    assert st.mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == \
+        pytest.approx(2 / 252)
+    assert st.mann_whitney_p([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == \
+        pytest.approx(2 / 252)
+    # 3 vs 3 apart: 2 / C(6, 3) = 0.1, never below it.
+    assert st.mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    rng = __import__("numpy").random.default_rng(0)
+    for na, nb in ((5, 5), (4, 5), (3, 7), (10, 10)):
+        a, b = rng.normal(size=na), rng.normal(0.8, size=nb)
+        assert st.mann_whitney_p(a, b) == pytest.approx(
+            sps.mannwhitneyu(a, b, method="exact").pvalue, rel=1e-9)
+    # Seeds that never reach count as +infinity and tie with each other:
+    # a = (1, 2, inf), b = (inf, inf, inf): mid-rank 4.5 for the four
+    # infinities (ranks 3-6); a's rank sum 1 + 2 + 4.5 = 7.5 is the least
+    # of the C(6, 3) = 20 splits' (those holding both 1 and 2: 4 of them),
+    # so p = 2 * 4 / 20.
+    assert st.mann_whitney_p([1, 2, None], [None] * 3) == pytest.approx(0.4)
+    # Everything tied: no evidence either way.
+    assert st.mann_whitney_p([None] * 5, [None] * 5) == 1.0
+    assert st.mann_whitney_p([], [1.0]) == 1.0
