@@ -18,6 +18,17 @@ from keras_largebatch import _backend  # imports nothing of Keras
 
 __version__ = "0.1.0"
 
+# The command `keras-largebatch-train` (or `python -m
+# keras_largebatch.train.cli`): Ctrl-C or SIGTERM while Keras is imported
+# ends it with one line (train/cli.py), not an import's traceback.
+if any(_os.path.basename(arg) in ("keras-largebatch-train",
+                                  "keras_largebatch.train.cli")
+       for arg in getattr(_sys, "orig_argv", [])[1:4]):
+    # Not `train.cli`: `python -m` runs that module after this import.
+    from keras_largebatch import train as _train
+
+    _train.stop_while_starting()
+
 _MISSING = _backend.missing()
 if _MISSING:
     # Importing Keras would fail on its backend: import none of it, so that

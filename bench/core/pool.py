@@ -9,7 +9,10 @@ call starts it again; none starts once one is expected to end after the
 budget (taking as long as the longest of its part and backend in this
 call); and one that exits `NO_GPU` stops the call (`NoGPU`). A spec whose
 `run_backend` is not installed is said once a call and left for a call
-where it is.
+where it is. A run whose record is short of its spec
+(`runspec.incomplete`) is not done: it runs again from a fresh folder (its
+old one set aside, never deleted), and its record replaces the short one,
+which the record keeps under `incomplete`.
 """
 
 import collections
@@ -27,6 +30,9 @@ from bench.core import runspec
 
 NO_GPU = 3  # A task's exit status: no GPU where it needs one.
 POLL = 1.0  # Seconds between looks at the running processes.
+# Seconds a stopped process has after SIGTERM before SIGKILL: the command
+# saves a checkpoint at its next step and exits 143 (docs/training.md).
+GRACE = 30
 
 
 class NoGPU(SystemExit):
@@ -59,8 +65,10 @@ def start(spec, work_dir, data_dir="", env=None):
 
 
 def stop(proc, group):
-    """Stops a process (`group`: with its process group), killed where it
-    has not ended 30 s after being asked to."""
+    """Stops a process (`group`: with its process group): SIGTERM, which
+    makes the training command checkpoint at its next step, so that the
+    run resumes there; SIGKILL where it has not ended `GRACE` seconds
+    later."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             if group:
@@ -70,7 +78,7 @@ def stop(proc, group):
         except ProcessLookupError:
             pass
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=GRACE)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -80,6 +88,19 @@ def stderr(directory):
     """What the run in `directory` wrote to its stderr."""
     with open(os.path.join(directory, "stderr.txt")) as f:
         return f.read().strip()
+
+
+def set_aside(directory):
+    """Renames a run's folder to `<folder>.incomplete-<n>` (the first `n`
+    free) so that its rerun starts afresh rather than resuming the short
+    run; the new name, or None where there is no folder."""
+    if not os.path.isdir(directory):
+        return None
+    n = 1
+    while os.path.exists(f"{directory}.incomplete-{n}"):
+        n += 1
+    os.rename(directory, f"{directory}.incomplete-{n}")
+    return f"{directory}.incomplete-{n}"
 
 
 def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
@@ -98,12 +119,14 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
     exited `NO_GPU`."""
     plan = specs if callable(specs) else (lambda runs: specs)
     deadline = time.monotonic() + budget if budget else float("inf")
-    busy, finished, tried, said = {}, [], set(), set()
+    busy, finished, tried, said, short = {}, [], set(), set(), set()
     longest = {}  # A task's (part, backend): the longest one in this call.
 
     def todo(runs):
-        done = {runspec.run_key(r) for r in runs
-                + records.failures(record_path)} | tried
+        done = runspec.finished_keys(runs) | tried | {
+            runspec.run_key(r) for r in records.failures(record_path)}
+        short.update(runspec.run_key(r) for r in runs
+                     if runspec.incomplete(r))
         left = [s for s in plan(runs) if runspec.run_key(s) not in done]
         absent = collections.Counter(
             s["run_backend"] for s in left
@@ -128,6 +151,10 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 break
             waiting.pop(0)
             tried.add(runspec.run_key(spec))
+            if runspec.run_key(spec) in short:
+                aside = set_aside(runspec.model_dir(spec, work_dir))
+                log(f"again {runspec.run_key(spec)}: its record is short"
+                    + (f"; its folder set aside as {aside}" if aside else ""))
             busy[start(spec, work_dir, data_dir, env)] = (spec, clock)
             log(f"start {runspec.run_key(spec)}")
         if closed or time.monotonic() >= deadline:
@@ -177,9 +204,9 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 cost = (spec.get("part"), spec.get("run_backend"))
                 longest[cost] = max(longest.get(cost, 0), took)
             record.update(provenance.stamp(spec))
-            runs = records.load(record_path) + [record]
-            records.save(record_path, runs,
-                         updated=datetime.date.today().isoformat())
+            records.add(record_path, record,
+                        updated=datetime.date.today().isoformat())
+            runs = records.load(record_path)
             finished.append(record)
             log(f"done {key}" + (f": val {record['val_accuracy']:.4f}"
                                  if "val_accuracy" in record else

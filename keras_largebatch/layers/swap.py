@@ -74,8 +74,7 @@ def _converted(model, classes):
         cls = classes.get(type(layer), type(layer))
         return cls.from_config(layer.get_config())
 
-    new = keras.models.clone_model(model, clone_function=clone,
-                                   recursive=True)
+    new = _uncompiled_clone(model, clone)
     pairs = list(zip(model.weights, new.weights))
     if len(model.weights) != len(new.weights) or any(
             tuple(a.shape) != tuple(b.shape) for a, b in pairs):
@@ -88,3 +87,30 @@ def _converted(model, classes):
     for source, target in pairs:
         target.assign(keras.ops.copy(source.value))
     return new
+
+
+def _uncompiled_clone(model, clone):
+    """`keras.models.clone_model(model)` with `clone`, recursively, but
+    uncompiled and with `model`'s input names.
+
+    `clone_model` compiles the clone of a compiled model from its compile
+    config (`to_stock` of a model compiled with `LARSMixed` would save that
+    optimizer, and load nowhere without the package), unless `model.compiled`
+    reads False: so it does, for this call alone. And it names a Functional
+    model's new input layers after their tensors (`keras_tensor_3`), not
+    as `model` named them: here they get `model`'s names.
+    """
+    inputs = None
+    if not isinstance(model, keras.Sequential):  # It keeps its input's name.
+        names = {id(layer.output): layer.name for layer in model.layers
+                 if isinstance(layer, keras.layers.InputLayer)}
+        inputs = keras.tree.map_structure(
+            lambda x: keras.Input(batch_shape=x.shape, dtype=x.dtype,
+                                  name=names.get(id(x), x.name)),
+            model.input)
+    compiled, model.compiled = model.compiled, False
+    try:
+        return keras.models.clone_model(model, input_tensors=inputs,
+                                        clone_function=clone, recursive=True)
+    finally:
+        model.compiled = compiled

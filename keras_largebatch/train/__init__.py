@@ -9,7 +9,7 @@
                     the typed `RunConfig`, the rules, `parse` and `resolve`
                     (default < recorded run < command line), older runs
     run/            the driver (place, prepare, train or evaluate), devices
-                    and processes, fit's callbacks, divergence, Ctrl-C, the
+                    and processes, fit's callbacks, divergence, signals, the
                     banner
     recipe/         the network, learning rate, optimizer and precision
     data/           the data sets, their loaders, augmentation and pipelines
@@ -24,7 +24,31 @@ its config section (`data`, `recipe`, `run.callbacks`, with `outputs` and
 `checkpointing`).
 """
 
+import contextlib
+import os
+import signal
+import sys
+
 PROG = "keras-largebatch-train"
 
-# Ctrl-C: 128 + SIGINT, as a shell reports it (`run/interrupt.py`).
+# Ctrl-C and SIGTERM: 128 + the signal, as a shell and a scheduler report
+# them (`run/interrupt.py`).
 INTERRUPTED = 130
+TERMINATED = 143
+
+
+def stop_while_starting():
+    """Until the driver takes them over: SIGINT and SIGTERM end the
+    process at once, with one line."""
+    def handler(signum, frame):
+        said = ("interrupted (Ctrl-C)" if signum == signal.SIGINT
+                else f"stopped by {signal.Signals(signum).name}")
+        with contextlib.suppress(Exception):  # Not inside a `print`.
+            sys.stdout.flush()
+        os.write(2, f"{PROG}: {said} while starting, before anything was "
+                    f"written: the same command starts or resumes the run "
+                    f"as this one would have\n".encode())
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handler)

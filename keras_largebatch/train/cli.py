@@ -14,6 +14,12 @@ command line to the driver (`run.driver.main`):
     keras-largebatch-train ...          # backend missing: one line, exit 2
     python -m keras_largebatch.train.cli ...   # the same
 
+Ctrl-C or SIGTERM before the driver takes the signals over (while Keras
+and the backend are imported, the flags read: nothing is written yet)
+ends the command at once with one line and exit code 130 or 143, not an
+import's traceback (`train.stop_while_starting`, which the package's `__init__`
+calls first in the command's own process; then `run.interrupt`).
+
 This module imports nothing of Keras; the package's `__init__` must not
 either where the chosen backend is missing, or nothing here runs.
 """
@@ -22,8 +28,10 @@ import os
 import sys
 
 from keras_largebatch import _backend
+from keras_largebatch import train
 from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
+from keras_largebatch.train import TERMINATED
 
 HELP = ("--help", "-help", "-h", "-?", "--helpshort")
 HELP_PAGE = os.path.join(os.path.dirname(__file__), "config", "help.txt")
@@ -31,13 +39,14 @@ HELP_PAGE = os.path.join(os.path.dirname(__file__), "config", "help.txt")
 
 def run(argv=None):
     """Console-script entry point."""
+    train.stop_while_starting()
     end(main(sys.argv if argv is None else argv))
 
 
 def end(code):
-    """Ends the process with `code`; after Ctrl-C at once, so that no
+    """Ends the process with `code`; after a signal at once, so that no
     thread a library left running keeps it alive."""
-    if code == INTERRUPTED:
+    if code in (INTERRUPTED, TERMINATED):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

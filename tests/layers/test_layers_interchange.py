@@ -144,6 +144,51 @@ def test_a_swapped_model_keeps_its_weights_while_the_source_trains():
     stock.predict(X, verbose=0)
 
 
+def _sequential(conv, bn, *_):
+    return keras.Sequential([keras.Input((8, 8, 3), name="images"),
+                             conv(4, 3, name="conv"), bn(name="bn")])
+
+
+@pytest.mark.parametrize("build", [_model, _sequential],
+                         ids=["functional", "sequential"])
+@pytest.mark.parametrize("swap", ["swap_in", "to_stock"])
+def test_a_swapped_compiled_model_is_uncompiled_with_its_input_names(
+        build, swap):
+    model = build(*(STOCK if swap == "swap_in" else OURS))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    new = getattr(layers, swap)(model)
+    assert not new.compiled and getattr(new, "optimizer", None) is None
+    assert model.compiled and model.optimizer is not None
+    assert ([l.name for l in new.layers] == [l.name for l in model.layers])
+    assert (new.get_config()["layers"][0]["config"]["name"]
+            == model.get_config()["layers"][0]["config"]["name"])
+
+
+def test_to_stock_of_a_model_trained_with_lars_mixed_saves_no_optimizer(
+        tmp_path):
+    from keras_largebatch.optimizers import LARSMixed
+
+    ours = _model(*OURS)
+    _randomize(ours)
+    ours.compile(optimizer=LARSMixed(0.1), loss="mse")
+    ours.fit(X, np.ones((len(X), 3), "float32"), epochs=1, verbose=0)
+    want = keras.ops.convert_to_numpy(ours(X, training=False))
+    stock = layers.to_stock(ours)
+    assert not stock.compiled
+    path = str(tmp_path / "stock.keras")
+    stock.save(path)
+    with zipfile.ZipFile(path) as archive:
+        config = archive.read("config.json").decode()
+    assert not json.loads(config)["compile_config"]
+    assert "keras_largebatch" not in config  # loads without the package
+    loaded = keras.saving.load_model(path)
+    assert not loaded.compiled
+    assert [l.name for l in loaded.layers] == [l.name for l in ours.layers]
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(X, training=False)), want,
+        rtol=1e-5, atol=1e-5)
+
+
 def test_swap_refuses_what_is_not_a_model():
     with pytest.raises(ValueError, match="Received: model="):
         layers.to_stock(keras.layers.Dense(2))

@@ -4,7 +4,9 @@ run the command in subprocesses:
     python tests/train/small_command.py --model_dir D ...
 
 With `KILL_AT_EPOCH_STEP=E,S` the process ends (`os._exit(9)`, as a kill
-would) after step S of epoch E (both from 0).
+would) after step S of epoch E (both from 0); `KILL_AT_POINT` ends it
+after a named write, `TERM_AT_EPOCH_STEP` sends it SIGTERM
+(`kill_switch.py`).
 """
 
 import os

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch.train import cli
+from keras_largebatch.train import data
 from keras_largebatch.train.run import placement
 
 BACKEND = keras.backend.backend()
@@ -107,6 +108,7 @@ def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(
     assert _snapshot(old_run) == before
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("flag, shown", [
     ("--global_batch_size=0", "`global_batch_size` must be an int >= 1"),
     ("--epochs=0", "`epochs` must be an int >= 1"),
@@ -116,6 +118,7 @@ def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(
     ("--warmup_epochs=-0.5", "`warmup_epochs` must be a float >= 0"),
     ("--eta=0", "`eta` must be a float > 0"),
     ("--label_smoothing=1", "`label_smoothing` must be a float in [0, 1)"),
+    ("--num_classes=1", "`num_classes` must be 0 (inferred) or at least 2"),
 ])
 def test_out_of_range_flag_exits_2_naming_it_and_its_value(
         flag, shown, tmp_path, capsys):
@@ -128,6 +131,45 @@ def test_out_of_range_flag_exits_2_naming_it_and_its_value(
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.backend_independent
+def test_image_size_above_the_cap_exits_2_before_loading_anything(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(data, "load_for",
+                        lambda *args: pytest.fail("the data was loaded"))
+    capsys.readouterr()
+    assert _run(*TINY, "--image_size=5000", f"--model_dir={tmp_path}/run") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("keras-largebatch-train: error:") and "\n" not in err
+    assert "`image_size` must be at most 1024" in err, err
+    assert "Received: image_size=5000" in err, err
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("field, value, expected", [
+    ("epochs", "3", "an int"),
+    ("epochs", None, "an int"),
+    ("global_batch_size", 32.0, "an int"),
+    ("momentum", "0.9", "a float"),
+    ("nesterov", 0, "true or false"),
+    ("data_dir", 7, "a string or null"),
+    ("model", "vgg16", "one of alexnet_bn, resnet50"),
+])
+def test_a_recorded_field_of_another_type_exits_2_naming_it(
+        field, value, expected, old_run, capsys):
+    recorded = json.loads((old_run / "run_config.json").read_text())
+    (old_run / "run_config.json").write_text(
+        json.dumps(dict(recorded, **{field: value})))
+    before = _snapshot(old_run)
+    capsys.readouterr()
+    assert _run(*TINY, f"--model_dir={old_run}") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("keras-largebatch-train: error:") and "\n" not in err
+    assert f"`{field}` in {old_run}" in err and expected in err, err
+    assert f"Received: {field}={value!r}" in err, err
+    assert _snapshot(old_run) == before
+
+
 def test_global_batch_not_divisible_by_replicas_exits_2(
         old_run, monkeypatch, capsys):
     monkeypatch.setattr(placement, "_distribution",
@@ -138,6 +180,7 @@ def test_global_batch_not_divisible_by_replicas_exits_2(
     assert _snapshot(old_run) == before
 
 
+@pytest.mark.backend_independent
 def test_model_dir_under_a_file_exits_2_and_writes_nothing(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -194,6 +237,7 @@ def test_run_writes_outputs_and_resumes_instead_of_starting_over(tmp_path):
                             model_dir / "checkpoints" / "epoch_003.keras")
 
 
+@pytest.mark.backend_independent
 def test_default_flags_are_the_documented_default_run():
     assert _run("--model=nope", "--model_dir=x") == 2  # defines and parses
     from absl import flags as absl_flags
@@ -217,6 +261,7 @@ def _subprocess(args, extra_env=None, timeout=600, small=False):
         env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.backend_independent
 def test_console_entry_point_exits_2_on_unknown_model(tmp_path):
     proc = _subprocess(["--model=vgg16", f"--model_dir={tmp_path}/run"])
     assert proc.returncode == 2
@@ -331,6 +376,7 @@ def test_two_workers_with_topk_keep_their_residuals_across_a_resume(tmp_path):
         assert not (folder / "epoch_001").exists()
 
 
+@pytest.mark.backend_independent
 def test_help_lists_every_flag_by_group_with_its_default(capsys):
     from keras_largebatch.train import config as train_flags
 
@@ -353,6 +399,7 @@ def test_help_lists_every_flag_by_group_with_its_default(capsys):
     assert _run("-h") == 0 and "--global_batch_size" in capsys.readouterr().out
 
 
+@pytest.mark.backend_independent
 def test_helpfull_keeps_absls_full_list():
     proc = _subprocess(["--helpfull"])
     assert "--flagfile" in proc.stdout and "--global_batch_size" in proc.stdout

@@ -21,6 +21,13 @@ class Backup(keras.callbacks.BackupAndRestore):
     `SeedGenerator` in the model (dropout), which weights files leave out,
     so that a resumed run draws the masks an uninterrupted run would draw.
 
+    It is the last callback of `fit` that writes (`run.callbacks`): the
+    epoch's history row, its evaluations, its checkpoint and TensorBoard
+    are written before its backup, so that a run killed before the
+    backup's metadata is in place replays the epoch and rewrites them (the
+    rows past the epoch resumed are trimmed on resume), and one killed
+    after it has them all.
+
     Which checkpoint a run resumes from is chosen before it is built
     (`restore.choose`): this callback restores only when `start` is its
     own (`kind == "backup"`). With `save_dir`, it saves there instead of

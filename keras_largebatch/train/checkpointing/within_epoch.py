@@ -25,7 +25,9 @@ from the newer of this and the epoch backup that loads whole
 (`restore.choose`), says `resumed from epoch E, step S` (E counted from
 1, as Keras' progress shows it; S updates into it), runs the rest of that
 epoch and goes on; its weights at the end are those of an uninterrupted
-run.
+run. A run stopped by a signal (`run.interrupt`) saves the same
+checkpoint at the step it stops at (`save_now`), with or without the
+flag.
 """
 
 import dataclasses
@@ -57,10 +59,16 @@ class Position:
 
 
 class StepCheckpoints(keras.callbacks.Callback):
-    """Saves every `every` updates within an epoch; resumes from `restore`.
+    """Saves every `every` updates within an epoch, and where asked
+    (`save_now`); resumes from `restore`.
+
+    With `every` 0 it reads nothing per batch: the steps into an epoch are
+    the micro-batches (one per update) or, under accumulation, the
+    optimizer's updates since the epoch began, read once an epoch.
 
     Args:
-        every: updates between checkpoints (0: none, only resumes).
+        every: updates between checkpoints (0: none, only resumes and
+            saves where asked).
         save_dir: the folder written (`backup/`).
         steps_per_epoch: batches of `fit` per epoch.
         restore: the `Position` this run resumes from, or None.
@@ -84,6 +92,8 @@ class StepCheckpoints(keras.callbacks.Callback):
         self.step = 0
         self._consumed = 0
         self._offset = 0
+        self._micro = 0
+        self._updates_before = None
 
     def on_train_begin(self, logs=None):
         position = self.restore
@@ -102,26 +112,56 @@ class StepCheckpoints(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch, self.step, self._offset = epoch, 0, 0
         position, self._cut = self.restore, False
-        if position is None or epoch != position.epoch:
-            return
-        self.step, self._offset = position.step, position.micro_batches
-        self._cut = True
-        variables = self.model.metrics_variables
-        if self.strategy is None and len(variables) == len(position.metrics):
-            for variable, value in zip(variables, position.metrics):
-                variable.assign(np.asarray(value, variable.dtype))
+        if position is not None and epoch == position.epoch:
+            self.step, self._offset = position.step, position.micro_batches
+            self._cut = True
+            variables = self._metrics_variables(len(position.metrics))
+            if self.strategy is None and len(variables) == len(
+                    position.metrics):
+                for variable, value in zip(variables, position.metrics):
+                    variable.assign(np.asarray(value, variable.dtype))
+        self._micro = self._offset
+        self._updates_before = None
+        if not self.every and self._per_update():
+            self._updates_before = self._updates() - self.step
 
     def on_train_batch_end(self, batch, logs=None):
         self._consumed += 1
-        micro = self._offset + batch + 1
+        micro = self._micro = self._offset + batch + 1
         if self._cut and micro >= self.steps_per_epoch:
             self.model.stop_training = True  # The rest of the epoch ran.
-        if not self._at_update_boundary():
+        if not self.every or not self._at_update_boundary():
             return
         self.step += 1
-        if (self.every and self.step % self.every == 0
-                and micro < self.steps_per_epoch):
+        if self.step % self.every == 0 and micro < self.steps_per_epoch:
             self._save(micro)
+
+    def _metrics_variables(self, saved):
+        """The model's metric variables, its compiled metrics built first
+        where fewer than the `saved` exist (TensorFlow builds them in the
+        first step; the values they take here are assigned over)."""
+        model = self.model
+        outputs = getattr(model, "outputs", None)
+        if len(model.metrics_variables) < saved and outputs:
+            y = keras.ops.zeros((1, *outputs[0].shape[1:]))
+            model.compute_metrics(None, y, y, None)
+        return model.metrics_variables
+
+    def at_update_boundary(self):
+        """Whether the last batch ended an update (no gradients are half
+        accumulated)."""
+        return self._at_update_boundary()
+
+    def save_now(self):
+        """At an update boundary: saves a checkpoint at this step, unless
+        it is the epoch's last (its backup follows); whether it saved."""
+        if self._micro >= self.steps_per_epoch:
+            return False
+        if not self.every:
+            self.step = (self._micro if self._updates_before is None
+                         else self._updates() - self._updates_before)
+        self._save(self._micro)
+        return True
 
     def on_epoch_end(self, epoch, logs=None):
         if self._cut:
@@ -133,6 +173,26 @@ class StepCheckpoints(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._remove_weights()  # The run is done, its backup whole.
+
+    def _per_update(self):
+        """Whether an update takes several micro-batches (or may: the
+        adaptive batch)."""
+        if self.adaptive is not None:
+            return True
+        from keras_largebatch import noise_scale
+
+        optimizer = noise_scale.accumulating_optimizer(self.model.optimizer)
+        return (optimizer.gradient_accumulation_steps or 1) > 1
+
+    def _updates(self):
+        """The updates the optimizer has taken (one read)."""
+        if self.adaptive is not None:
+            return int(keras.ops.convert_to_numpy(self.adaptive.state.updates))
+        from keras_largebatch import noise_scale
+
+        optimizer = noise_scale.accumulating_optimizer(self.model.optimizer)
+        return int(keras.ops.convert_to_numpy(
+            optimizer._iterations)) // optimizer.gradient_accumulation_steps
 
     def _accumulation(self):
         if self.adaptive is not None:

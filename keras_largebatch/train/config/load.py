@@ -93,8 +93,9 @@ def config(values):
 
 
 def _recorded(model_dir, mode):
-    """The run in `model_dir` ({} for none), in today's flags; under
-    `--mode=eval` a run is required, its `epochs` its latest raise."""
+    """The run in `model_dir` ({} for none), its fields of the flags'
+    types (`rules.check_recorded`), in today's flags; under `--mode=eval`
+    a run is required, its `epochs` its latest raise."""
     path = os.path.join(model_dir or "", names.RUN_CONFIG)
     if mode == "eval" and not (model_dir and os.path.isfile(path)):
         raise ValueError(
@@ -102,7 +103,9 @@ def _recorded(model_dir, mode):
             f"there). Received: model_dir={model_dir!r}")
     if not model_dir or not os.path.exists(path):
         return {}
-    recorded = migration.upgrade(resume.read_run_config(model_dir))
+    original = resume.read_run_config(model_dir)
+    rules.check_recorded(original, path)
+    recorded = migration.upgrade(original)
     raises = resume.read_raises(model_dir) if mode == "eval" else []
     if raises:
         recorded["epochs"] = raises[-1]["epochs"]

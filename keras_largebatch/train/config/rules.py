@@ -1,7 +1,9 @@
 """The checks of the flags' values: each value against its flag of
 `table.TABLE` (`check`), then `RULES`, the checks that read several
 flags together (or a flag and the file system), among them the adaptive
-batch's settings as `AdaptiveBatch` checks them.
+batch's settings as `AdaptiveBatch` checks them; and the fields of a
+recorded run's run_config.json against their flags' types
+(`check_recorded`).
 
 Each raises the Keras-style `ValueError` naming a flag and echoing its
 value as the command line wrote it. The values are those `RunConfig`
@@ -14,6 +16,7 @@ import os
 
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
+from keras_largebatch._shared import is_number
 from keras_largebatch._shared import require
 from keras_largebatch.adaptive_batch import batches as adaptive_batches
 from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
@@ -232,6 +235,42 @@ def check(values):
         for rule in RULES:
             if not rule.after_resume:
                 rule.check(values)
+
+
+# What run_config.json holds for a flag of each kind: (holds, expected).
+RECORDED_KINDS = {
+    "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool),
+                "an int"),
+    "float": (is_number, "a float"),
+    "boolean": (lambda v: isinstance(v, bool), "true or false"),
+    "string": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def check_recorded(recorded, path):
+    """Checks each field of the run_config.json at `path` (`recorded`, as
+    read) that is a flag of today against the flag's type (an enum's: one
+    of its choices; null only where the default is None), so that a run is
+    neither resumed nor evaluated against a value of another type; raises
+    the Keras-style `ValueError` naming the field."""
+    for name, value in recorded.items():
+        flag = BY_NAME.get(name)
+        if flag is None or (value is None and flag.default is None):
+            continue
+        if flag.kind == "enum":
+            holds = isinstance(value, str) and value in flag.values
+            expected = f"one of {', '.join(flag.values)}"
+        else:
+            of_kind, expected = RECORDED_KINDS[flag.kind]
+            holds = of_kind(value)
+        if flag.default is None:
+            expected += " or null"
+        if not holds:
+            raise ValueError(
+                f"`{name}` in {path} must be {expected}, as --{name} is: "
+                "the run in `model_dir` cannot be resumed or evaluated "
+                "against it. Restore the file or use another --model_dir. "
+                f"Received: {name}={value!r}")
 
 
 def check_after_resume(config):

@@ -45,6 +45,10 @@ FRACTION = (lambda x: 0 < x <= 1, "in (0, 1]")
 RESNET_DEPTH = (lambda x: x >= 8 and (x - 2) % 6 == 0,
                 "6n + 2 with n >= 1 (8, 14, 20, ...)")
 VERBOSITY = (lambda x: x in (0, 1, 2), "0, 1 or 2")
+# One class is learnt trivially (accuracy 1.0 says nothing); 0 infers.
+NUM_CLASSES = (lambda x: x != 1, "0 (inferred) or at least 2")
+MAX_IMAGE_SIZE = 1024  # Why: --image_size's help.
+IMAGE_SIZE = (lambda x: x <= MAX_IMAGE_SIZE, f"at most {MAX_IMAGE_SIZE}")
 
 
 # The parts of `RunConfig`, in order, and who reads each.
@@ -151,9 +155,9 @@ TABLE = (
         'elsewhere.',
          group='data', values=('auto', 'tf_data', 'grain')),
     Flag('num_classes', 'integer', 0,
-        'Classes for tfrecord (default 1000) and synthetic (default 10); '
-        'inferred elsewhere.',
-         group='data', minimum=0),
+        'Classes for tfrecord (default 1000) and synthetic (default 10), at '
+        'least 2; inferred elsewhere.',
+         group='data', minimum=0, valid=NUM_CLASSES),
     Flag('num_train_examples', 'integer', 0,
         'tfrecord: training examples (steps per epoch); 0: from index.json '
         'in --data_dir (python -m keras_largebatch.train.data.imagenet DIR '
@@ -163,9 +167,12 @@ TABLE = (
         "tfrecord: validation examples; 0: index.json or ImageNet's 50,000.",
          group='data', minimum=0),
     Flag('image_size', 'integer', 0,
-        'Square input size; 0 means 67 for alexnet_bn (its minimum), 32 for '
-        "resnet50, and the data set's own size for resnet_cifar.",
-         group='data', minimum=0),
+        f'Square input size, at most {MAX_IMAGE_SIZE}; 0 means 67 for '
+        'alexnet_bn (its minimum), 32 for resnet50, and the data set\'s own '
+        f'size for resnet_cifar. The cap, over 4x ImageNet\'s 224, is '
+        'checked before anything is allocated: a batch of 32 images of '
+        '5000x5000x3 is 9.6 GB in float32, the 512 synthetic images 154 GB.',
+         group='data', minimum=0, valid=IMAGE_SIZE),
     Flag('global_batch_size', 'integer', 32,
         'Batch over all replicas.',
          group='training', minimum=1),

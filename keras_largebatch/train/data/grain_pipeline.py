@@ -20,6 +20,7 @@ process would read.
 import collections
 import contextlib
 import functools
+import logging
 import warnings
 
 import numpy as np
@@ -45,7 +46,7 @@ def batch(spec, global_batch_size, augmenter=None, seed=0,
             `tf_pipeline.batch`.
         process_index, process_count: this process's slice of each batch.
     """
-    import grain
+    grain = _grain()
 
     if spec.arrays is None and spec.files is None:
         raise ValueError(
@@ -129,7 +130,7 @@ def resumable(train, start_epoch, state=None):
     after each batch it yields; `state_at(n)` is the state after the
     first `n` batches of the last one, the position to save.
     """
-    import grain
+    grain = _grain()
 
     class Recording(grain.DatasetIterator):
         def __init__(self, parent, states):
@@ -168,6 +169,24 @@ def resumable(train, start_epoch, state=None):
             return self._states[consumed]
 
     return Resumable()
+
+
+def _grain():
+    """`grain`, imported without the warning it logs where JAX is not
+    installed (a torch-only install), "Failed to load jax profiler", at
+    every start of the command: its profiler is then a no-op, all that a
+    run without JAX needs."""
+    absl = logging.getLogger("absl")
+
+    def no_jax_profiler(record):
+        return "Failed to load jax profiler" not in record.getMessage()
+
+    absl.addFilter(no_jax_profiler)
+    try:
+        import grain
+    finally:
+        absl.removeFilter(no_jax_profiler)
+    return grain
 
 
 @contextlib.contextmanager

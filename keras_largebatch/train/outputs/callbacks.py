@@ -1,7 +1,8 @@
 """The callbacks that report a run while it trains: images per second
-(`Throughput`), validation within epochs (`WithinEpochEvals`, evals.csv),
-TensorBoard scalars (`tensorboard`, `EpochTensorBoard`, `EpochScalars`)
-and, under torch, the seeding of each step (`step_randomness`)."""
+(`Throughput`), history.csv (`HistoryCSV`), validation within epochs
+(`WithinEpochEvals`, evals.csv), TensorBoard scalars (`tensorboard`,
+`EpochTensorBoard`, `EpochScalars`) and, under torch, the seeding of each
+step (`step_randomness`)."""
 
 import csv
 import importlib.util
@@ -90,32 +91,42 @@ class WithinEpochEvals(keras.callbacks.Callback):
     than an epoch. The training metrics of the epoch are saved before each
     evaluation and put back after it (Keras shares the metric objects), and
     the evaluation's time is taken out of `throughput`'s epoch time. A
-    resumed run drops the rows past the epoch it resumes from. With `path`
-    None it evaluates and writes nothing (a JAX process other than the
-    chief: evaluation is collective).
+    resumed run drops the rows past the point it resumes from (`resumed`,
+    a `checkpointing.within_epoch.Position` within an epoch, or else the
+    start of its first epoch) and counts the updates from there: `taken()`,
+    the updates of the restored optimizer (the adaptive batch's), or else
+    the micro-batches before that point divided by `accumulation()`; not
+    from the rows kept, which a kill or another `per_epoch` may have left
+    short. With `path` None it evaluates and writes nothing (a JAX process
+    other than the chief: evaluation is collective).
     """
 
     COLUMNS = ("epoch", "updates", "val_loss", "val_accuracy")
 
     def __init__(self, validation, per_epoch, path, accumulation,
-                 throughput=None):
+                 throughput=None, resumed=None, taken=None):
         super().__init__()
         self.validation = validation
         self.per_epoch = per_epoch
         self.path = path
         self.accumulation = accumulation
         self.throughput = throughput
+        self.resumed = resumed
+        self.taken = taken
         self._updates = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self._updates is None:
-            self._updates = self._resume(epoch)
         self._epoch = epoch
         steps = self.params.get("steps")
         self._at = {} if not steps else {
             round(j * steps / self.per_epoch): j / self.per_epoch
             for j in range(1, self.per_epoch)}
         self._batches = 0
+        if self._updates is None:  # This `fit`'s first epoch.
+            at = self.resumed
+            if at is not None and at.epoch == epoch:
+                self._batches = at.micro_batches
+            self._updates = self._resume(epoch, self._batches, steps)
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches += 1
@@ -152,18 +163,43 @@ class WithinEpochEvals(keras.callbacks.Callback):
                              float(values["val_loss"]),
                              float(values["val_accuracy"])])
 
-    def _resume(self, epoch):
-        """The updates at the end of epoch `epoch` (0 for a new run), the
-        rows after it dropped."""
-        if not self.path or not os.path.exists(self.path):
-            return 0.0
-        with open(self.path, newline="") as f:
-            rows = [r for r in csv.DictReader(f) if float(r["epoch"]) <= epoch]
-        with atomic_path(self.path) as tmp, open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, self.COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        return float(rows[-1]["updates"]) if rows else 0.0
+    def _resume(self, epoch, micro, steps):
+        """The updates taken `micro` micro-batches into epoch `epoch` (of
+        `steps`), where this `fit` starts; the rows written after that
+        point dropped."""
+        if self.path and os.path.exists(self.path):
+            def before(row):  # Written at micro-batch `at * steps`.
+                at = float(row["epoch"]) - epoch
+                return at <= 0 or (at < 1 and steps is not None
+                                   and at * steps < micro + 0.5)
+
+            with open(self.path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if before(r)]
+            with atomic_path(self.path) as tmp, open(
+                    tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, self.COLUMNS)
+                writer.writeheader()
+                writer.writerows(rows)
+        if self.taken is not None:
+            return float(self.taken())
+        return (epoch * (steps or 0) + micro) / self.accumulation()
+
+
+class HistoryCSV(keras.callbacks.CSVLogger):
+    """Keras' `CSVLogger` appending to history.csv under the columns of the
+    header it has: an epoch whose logs lack one (`images_per_sec` where a
+    run resumed at an epoch's last step timed nothing) gets `NA` there,
+    not a row shifted under the header."""
+
+    def __init__(self, filename):
+        super().__init__(filename, append=True)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if not self.append_header:
+            with open(self.filename, newline="") as f:
+                header = next(csv.reader(f), [])
+            self.keys = header[1:] or None
 
 
 def read_evals(path):

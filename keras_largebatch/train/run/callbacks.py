@@ -1,12 +1,15 @@
 """The callbacks of `fit`, in the order they see each epoch's logs
 (`callbacks`), each built from the config parts it reads: the divergence
-check, Ctrl-C, throughput, the adaptive batch, the noise scale, the
-checkpoints, precise BN, the logs and the evaluations within an epoch.
-The callback classes live with their concept (`outputs.callbacks`,
-`checkpointing`, `divergence`, `interrupt`, and the package's
-`adaptive_batch`, `noise_scale`, `precise_bn`)."""
+check, throughput, the adaptive batch, the noise scale, the checkpoints
+within epochs, precise BN, the logs, the evaluations within an epoch, the
+epoch backup and the stop on a signal. The callback classes live with
+their concept (`outputs.callbacks`, `checkpointing`, `divergence`,
+`interrupt`, and the package's `adaptive_batch`, `noise_scale`,
+`precise_bn`)."""
 
 import os
+
+from keras import ops
 
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train.outputs import callbacks as outputs
@@ -16,7 +19,7 @@ from keras_largebatch.train.run import interrupt
 
 def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
               *, gradient_accumulation_steps, compression="none",
-              strategy=None, peer=False, start=None):
+              strategy=None, peer=False, start=None, saves_on_signal=False):
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
@@ -24,34 +27,37 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     `gradient_accumulation_steps` (the micro-batches per update, unless
     the batch grows) and `compression` (top-k residuals, under
     `strategy`). `inputs` is `data.Inputs`. `divergence.StopOnDivergence`
-    comes first (a run whose weights turned non-finite stops before any
-    callback saves them), then `throughput` (it adds `images_per_sec` to
-    the logs the rest see); precise BN before the logs and checkpoints,
-    so they see its statistics. A `peer` (a JAX
-    process other than the chief) saves its backup into `out_dir` and
-    restores from the chief's, and writes no logs or checkpoints.
-    `start` (a `checkpointing.restore.Start`, chosen from the chief's
-    backup) is the checkpoint this run resumes from, if it does: the
-    epoch backup or one within an epoch.
+    comes first (non-finite weights stop the run before anything saves
+    them), then `throughput` (`images_per_sec` for the rest); precise BN
+    before the logs and checkpoints, so they see its statistics. The epoch
+    backup (`checkpointing.Backup`) comes after every other writer: what
+    an epoch writes (history row, evaluations, checkpoint, TensorBoard)
+    is on disk before the backup a resume starts from commits, so a run
+    killed before it replays the epoch (rows past the resumed point are
+    trimmed). Last, `interrupt.StopOnInterrupt`: after SIGINT or SIGTERM
+    it saves within the epoch (`saves_on_signal`: one process, no top-k
+    residuals) once the others have seen the step, or stops after the
+    backup at an epoch's end. A `peer` (a JAX process not the chief)
+    saves its backup into `out_dir`, restores from the chief's and
+    writes no logs or checkpoints. `start` (a `checkpointing.restore.
+    Start`, from the chief's backup) is what this run resumes from.
     """
     backup = os.path.join(out_dir, "backup")
     within_epoch = start.position if start is not None else None
     growing = _adaptive_batch(adaptive, inputs.step_batch)
+    steps = _step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
+                              within_epoch, growing, strategy,
+                              saves_on_signal)
     found = [
         # First: it raises on non-finite weights before anything saves them.
         divergence.StopOnDivergence(within_epoch),
-        interrupt.StopOnInterrupt(),  # A swallowed Ctrl-C stops the run.
         throughput,
         outputs.EpochScalars(),  # learning_rate, loss_scale
         # The adaptive batch first: its wrapper (every update measured)
         # is the one the noise-scale logs then read.
         *growing,
         *_noise_scale(adaptive, inputs.step_batch),
-        checkpointing.Backup(os.path.join(runtime.model_dir, "backup")
-                             if peer else backup, backup, start),
-        # After the backup: restores over it, and saves after it.
-        *_step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
-                           within_epoch, growing, strategy),
+        *steps,
         *_residual_checkpoints(compression, strategy, backup),
         outputs.step_randomness(runtime.seed, within_epoch),
         *_precise_bn(evaluation.precise_bn_batches, inputs),
@@ -61,33 +67,56 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     # Every JAX process evaluates (it is collective); the chief writes.
     found += _within_epoch_evals(
         evaluation.evals_per_epoch, gradient_accumulation_steps,
-        inputs.validation, throughput, None if peer else out_dir, found)
+        inputs.validation, throughput, None if peer else out_dir, growing,
+        within_epoch)
+    found += [
+        # Its restore and the one within an epoch exclude each other.
+        checkpointing.Backup(os.path.join(runtime.model_dir, "backup")
+                             if peer else backup, backup, start),
+        interrupt.StopOnInterrupt(steps[0] if saves_on_signal else None),
+    ]
     return [c for c in found if c is not None]
 
 
 def _within_epoch_evals(per_epoch, accumulation_steps, validation,
-                        throughput, out_dir, found):
+                        throughput, out_dir, growing, resumed):
     """`--evals_per_epoch` (`per_epoch`) above 1: the evaluations within
     each epoch, with the micro-batches per update read from the adaptive
-    batch when it grows, else `accumulation_steps`; `out_dir` None:
-    evaluate, write nothing (a JAX peer)."""
+    batch (`growing`) when it grows, else `accumulation_steps`; `out_dir`
+    None: evaluate, write nothing (a JAX peer). A run `resumed` within an
+    epoch (a `Position`) goes on from there."""
     if per_epoch == 1:
         return []
-    # By the class: the property itself needs the model, not set yet.
-    grown = [c for c in found if hasattr(type(c), "accumulation_steps")]
-    accumulation = (lambda: grown[0].accumulation_steps) if grown else (
-        lambda: accumulation_steps)
+    if growing:
+        accumulation = lambda: growing[0].accumulation_steps  # noqa: E731
+        taken = lambda: _updates_taken(growing[0])  # noqa: E731
+    else:
+        accumulation, taken = (lambda: accumulation_steps), None
     return [outputs.WithinEpochEvals(
         validation, per_epoch,
         out_dir and os.path.join(out_dir, "evals.csv"), accumulation,
-        throughput)]
+        throughput, resumed, taken)]
+
+
+def _updates_taken(adaptive):
+    """The updates the adaptive batch's optimizer has taken, the one under
+    way counted by the micro-batches it has of the k in effect."""
+    from keras_largebatch import noise_scale
+
+    k = adaptive.accumulation_steps
+    counter = noise_scale.accumulating_optimizer(
+        adaptive.model.optimizer)._iterations
+    return (int(ops.convert_to_numpy(adaptive.state.updates))
+            + int(ops.convert_to_numpy(counter)) % k / k)
 
 
 def _step_checkpoints(every, backup_dir, inputs, within_epoch, growing,
-                      strategy):
-    """`--checkpoint_every_steps` (`every`), or a run resuming
-    `within_epoch`: the callback that saves and restores within epochs."""
-    if not every and within_epoch is None:
+                      strategy, saves_on_signal):
+    """`--checkpoint_every_steps` (`every`), a run resuming
+    `within_epoch`, or one that saves where a signal stops it
+    (`saves_on_signal`): the callback that saves and restores within
+    epochs."""
+    if not every and within_epoch is None and not saves_on_signal:
         return []
     data = inputs.train if hasattr(inputs.train, "state_at") else None
     return [checkpointing.StepCheckpoints(
@@ -147,11 +176,8 @@ def _precise_bn(count, inputs):
 def _logs(keep_checkpoints, out_dir):
     """history.csv, the epoch checkpoints (`keep_checkpoints` kept) and
     TensorBoard (None without a writer)."""
-    import keras
-
     return [
-        keras.callbacks.CSVLogger(
-            os.path.join(out_dir, "history.csv"), append=True),
+        outputs.HistoryCSV(os.path.join(out_dir, "history.csv")),
         checkpointing.EpochCheckpoints(
             os.path.join(out_dir, "checkpoints"), keep_checkpoints),
         outputs.tensorboard(os.path.join(out_dir, "tensorboard")),

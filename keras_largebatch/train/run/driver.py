@@ -14,13 +14,15 @@ model or data set, a global batch not divisible by the replicas, a missing
 folder, a corrupt image, `--init_weights` of another architecture, a
 damaged run_config.json, a disk too small for the first checkpoint, a
 `--model_dir` another run holds: `checkpointing/lock.py`) ends the
-command with a one-line error on stderr and exit code 2. Ctrl-C ends it
-with one line saying where it resumes, exit code 130 (`interrupt.py`). A run whose loss
-or weights turn non-finite stops there with one line (the step, the rate,
-the loss scale, what to try) and exit code 3, its last finite checkpoints
-kept (`divergence.py`). A lost worker ends it with exit code 1, and so
-does a checkpoint that cannot be written (a full disk: one line, the last
-complete checkpoint kept, `checkpointing/files.py`).
+command with a one-line error on stderr and exit code 2. Ctrl-C (SIGINT)
+and SIGTERM save a checkpoint at the next step and end it with one line
+saying where it resumes, exit code 130 or 143 (`interrupt.py`). A run
+whose loss or weights turn non-finite stops there with one line (the
+step, the rate, the loss scale, what to try) and exit code 3, its last
+finite checkpoints kept (`divergence.py`). A lost worker ends it with
+exit code 1, and so does a checkpoint that cannot be written (a full
+disk: one line, the last complete checkpoint kept,
+`checkpointing/files.py`).
 
 This module is the driver: it has the command line parsed into one frozen
 `config.RunConfig` (`config.load.parse`, the only reader of absl's
@@ -53,7 +55,6 @@ import time
 import keras
 from absl import flags
 
-from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
@@ -133,12 +134,12 @@ def main(argv):
                                    placement.collective_timeout_seconds)
     held = []  # The lock on model_dir, once taken.
     try:
-        with interrupt.handled():
+        with interrupt.handled(runtime.model_dir):
             return _run(config, start, held)
     except KeyboardInterrupt:
         print(f"{PROG}: {interrupt.message(runtime.model_dir)}",
               file=sys.stderr)
-        return INTERRUPTED
+        return interrupt.exit_code()
     finally:
         for lock in held:  # A folder made for the lock alone goes too.
             lock.release(remove_if_empty=True)
@@ -214,7 +215,8 @@ def prepare(config, devices):
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
                          config.evaluation.precise_bn_batches, initial_epoch,
                          resuming.within_epoch if resuming else None,
-                         resumable=runtime.checkpoint_every_steps > 0)
+                         resumable=(runtime.checkpoint_every_steps > 0
+                                    or saves_on_signal(config, devices)))
     schedule = rates.plan(config.learning_rate, training,
                           config.optimization.optimizer,
                           inputs.steps_per_epoch, resuming)
@@ -269,7 +271,8 @@ def _train(config, run, start, out_dir, peer):
             config.training.gradient_accumulation_steps),
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
-        start=run.resuming.start if run.resuming else None)
+        start=run.resuming.start if run.resuming else None,
+        saves_on_signal=saves_on_signal(config, run.devices))
     # --verbose, or a progress bar on a terminal and one line per epoch
     # otherwise (a log file gets no redrawn bars).
     verbose = config.runtime.verbose
@@ -287,6 +290,15 @@ def _train(config, run, start, out_dir, peer):
                                          return_dict=True)
     return report.finish(config, run, out_dir, history, val_metrics,
                          throughput, start)
+
+
+def saves_on_signal(config, devices):
+    """Whether a run stopped by a signal saves a checkpoint at the step it
+    stops at (`interrupt.py`): one process, one worker (several would
+    first have to agree on the step), and no top-k residuals (saved at
+    epoch ends only)."""
+    return (devices.process_count == 1 and devices.workers == 1
+            and config.placement.compression != "topk")
 
 
 def _scope(strategy):

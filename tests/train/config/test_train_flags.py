@@ -20,6 +20,9 @@ from keras_largebatch.train.run import driver as train_main
 from keras_largebatch._shared import write_json
 from keras_largebatch.train.checkpointing import resume
 
+# Flags and their checks: the same on every backend.
+pytestmark = pytest.mark.backend_independent
+
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs",
                     "training.md")
 

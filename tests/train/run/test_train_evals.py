@@ -74,6 +74,17 @@ def test_a_resumed_run_goes_on_counting_updates(small, tmp_path):
         (0.5, 2), (1, 4), (1.5, 6), (2, 8)]
 
 
+def test_a_run_resumed_with_evaluations_counts_updates_from_its_start(
+        small, tmp_path):
+    """Started without evaluations within epochs (no evals.csv), resumed
+    with them: the updates are the restored run's, not counted from 0."""
+    out = tmp_path / "run"
+    assert _run(*TINY, "--epochs=1", f"--model_dir={out}") == 0
+    assert _run(*TINY, "--epochs=2", "--evals_per_epoch=2",
+                f"--model_dir={out}") == 0
+    assert [(e, u) for e, u, _ in _evals(out)] == [(1.5, 6), (2, 8)]
+
+
 def test_a_growing_batch_counts_its_updates_at_the_batch_in_effect(
         small, tmp_path):
     out = tmp_path / "run"
@@ -83,6 +94,18 @@ def test_a_growing_batch_counts_its_updates_at_the_batch_in_effect(
                 "--batch_schedule=1:16", f"--model_dir={out}") == 0
     assert [(e, u) for e, u, _ in _evals(out)] == [
         (0.5, 1), (1, 2), (1.5, 2.5), (2, 3)]
+
+
+def test_a_growing_batch_resumed_counts_the_updates_its_optimizer_took(
+        small, tmp_path):
+    out = tmp_path / "run"
+    grows = ("--gradient_accumulation_steps=2", "--adaptive_batch=schedule",
+             "--batch_schedule=1:16")
+    # Updates of 8 in epoch 0 (two), of 16 from epoch 1 (one an epoch).
+    assert _run(*TINY, *grows, "--epochs=2", f"--model_dir={out}") == 0
+    assert _run(*TINY, *grows, "--epochs=3", "--evals_per_epoch=2",
+                f"--model_dir={out}") == 0
+    assert [(e, u) for e, u, _ in _evals(out)] == [(2.5, 3.5), (3, 4)]
 
 
 def test_precise_bn_refuses_evaluations_within_epochs(small, tmp_path, capsys):

@@ -54,7 +54,7 @@ def supervise(argv, model_dir, timeout_seconds=0):
     finally:
         for s, handler in forwarded.items():
             signal.signal(s, handler)
-    if code in (0, 2, 130):  # Its own line relayed (130: Ctrl-C).
+    if code in (0, 2, 130, 143):  # Its own line relayed (a signal's).
         return code
     with open(log.name, errors="replace") as f:
         text = f.read()
