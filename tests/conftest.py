@@ -1,3 +1,4 @@
+import json
 import os
 
 import keras
@@ -15,7 +16,8 @@ def _fresh_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
-    keras.backend.clear_session()
+    # Without gc.collect(): a tenth of a second a test, and no test needs it.
+    keras.backend.clear_session(free_memory=False)
 
 
 def dense_bn_model():
@@ -42,40 +44,69 @@ def pytest_report_header(config):
     return f"KERAS_BACKEND={keras.backend.backend()}"
 
 
-# The test files that cost the most, the costliest first (seconds of their
-# tests on this project's 2-core CPU VM, the dearest backend). tests/run.sh
-# runs two pytest workers a file each (`--dist loadfile
-# --no-loadscope-reorder`), a worker taking the next file as it ends one:
-# started first, the long files of jobs in subprocesses end together instead
-# of one worker running the last of them alone. Files not listed keep their
-# order, after these.
-COSTLIEST_FIRST = (
-    "tests/bench/test_gpu_campaign.py",                          # 550 (JAX)
-    "tests/train/checkpointing/test_train_step_checkpoints.py",  # 405 (JAX)
-    "tests/distribute/test_distribute_topk.py",                  # 300
-    "tests/distribute/test_distribute_multiworker.py",           # 270
-    "tests/bench/test_study.py",                                 # 250 (JAX)
-    "tests/train/run/test_train_processes.py",                   # 205 (JAX)
-    "tests/train/run/test_train_adaptive_batch.py",              # 165 (JAX)
-    "tests/train/test_train_cli.py",                             # 150
-    "tests/train/test_train_without_tensorflow.py",              # 120 (JAX)
-    "tests/train/run/test_train_reproducible.py",                # 105
-    "tests/distribute/test_distribute_noise_scale.py",           # 90
-    "tests/distribute/test_distribute_adaptive_batch.py",        # 75
-    "tests/package/test_registration.py",                        # 65
-    "tests/train/checkpointing/test_checkpoint_faults.py",       # 65
-    "tests/train/run/test_train_jobs.py",                        # 60
-    "tests/train/run/test_train_run_folder.py",                  # 40
-    "tests/distribute/test_cost_model.py",                       # 35
-    "tests/distribute/test_distribute_all_reduce.py",            # 35
-    "tests/optimizers/test_replicas_tf.py",                      # 30
-    "tests/package/test_source_checkout.py",                     # 30
-)
+# Where a test runs in the full run (`tests/run.sh`, which sets
+# KLB_TEST_ENV to the environment it runs in: "main", with TensorFlow, or
+# "no_tf"); a plain `pytest` (KLB_TEST_ENV unset) runs every test it
+# collects on the backend it has. The markers (pyproject.toml):
+# - `backend_independent`: code that does not vary with the Keras backend
+#   (flags, rules, error lines, batch lists, the cost model, the run
+#   folder's lock, output formats): runs on `HOME_BACKEND` only.
+# - `tensorflow` and `multi_process`: on JAX and torch, a test of
+#   `NO_TF_DIRS` runs in the environment without TensorFlow unless it needs
+#   TensorFlow installed, or starts several processes; those run in the
+#   main environment. Tests of the other folders run in the main one.
+HOME_BACKEND = "jax"
+NO_TF_DIRS = ("tests/train/", "tests/optimizers/", "tests/layers/",
+              "tests/bench/")
+# Each test's and file's seconds as last recorded (`tests/durations.py`
+# writes it from the junit XML files `tests/run.sh` leaves in test-results/).
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
 
 
+def _where(item, backend, env):
+    """Whether `item` runs in this pytest process of the full run."""
+    if not env:
+        return True
+    once = item.get_closest_marker("backend_independent")
+    if once and backend != once.kwargs.get("home", HOME_BACKEND):
+        return False
+    if backend == "tensorflow":
+        return env == "main"
+    needs_main = bool(item.get_closest_marker("tensorflow")
+                      or item.get_closest_marker("multi_process"))
+    if not item.nodeid.startswith(NO_TF_DIRS):
+        return env == "main"
+    return needs_main == (env == "main")
+
+
+def _recorded():
+    try:
+        with open(DURATIONS) as f:
+            found = json.load(f)
+        return found["seconds_per_file"], found["slow_tests"]
+    except (OSError, ValueError, KeyError):
+        return {}, {}
+
+
+@pytest.hookimpl(tryfirst=True)  # Before `-m` reads the `slow` marks.
 def pytest_collection_modifyitems(config, items):
-    """Puts the files of COSTLIEST_FIRST first, in its order (a stable sort:
-    every file's tests keep their order)."""
-    rank = {path: i for i, path in enumerate(COSTLIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(
-        item.nodeid.split("::")[0], len(COSTLIEST_FIRST)))
+    """Keeps the tests this environment and backend run (`_where`), marks
+    `slow` the tests recorded over `slow_seconds`, then puts the costliest
+    files first, by their recorded seconds (a stable sort: every file's
+    tests keep their order): tests/run.sh runs two pytest workers a file
+    each (`--dist loadfile --no-loadscope-reorder`), so the long files of
+    jobs in subprocesses start first and end together instead of one
+    worker running the last of them alone."""
+    backend = keras.backend.backend()
+    env = os.environ.get("KLB_TEST_ENV", "")
+    keep, drop = [], []
+    for item in items:
+        (keep if _where(item, backend, env) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    per_file, slow = _recorded()
+    for item in keep:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+    keep.sort(key=lambda item: -per_file.get(item.nodeid.split("::")[0], 0.0))
+    items[:] = keep

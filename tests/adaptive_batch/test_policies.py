@@ -25,6 +25,7 @@ from regression_problem import linear_model  # noqa: E402
 from regression_problem import regression  # noqa: E402
 
 
+@pytest.mark.backend_independent
 def test_every_registered_policy_has_a_closed_form_check():
     assert set(NOISE_POLICIES) | set(SCHEDULE_POLICIES) == set(
         policies.POLICIES)
@@ -60,6 +61,7 @@ def _listed_names(tree):
                if isinstance(i, ast.Constant) and isinstance(i.value, str)}
 
 
+@pytest.mark.backend_independent
 def test_policies_and_rules_are_listed_only_in_their_registries():
     # A second list of the names (the command's flag choices, a check) is
     # one a new entry would miss: everything reads POLICIES and RULES. A

@@ -9,6 +9,10 @@ import pytest
 
 from keras_largebatch.distribute import cost_model as cm
 
+# The cost model's arithmetic: the same on every backend (what it
+# builds or measures under TensorFlow runs there).
+pytestmark = pytest.mark.backend_independent
+
 # Two nodes' worth of hand-computable numbers: g = 4, 16 GPUs.
 NET = cm.Network(
     gpus_per_node=4,
@@ -164,6 +168,7 @@ def test_resnet50_has_214_tensors_of_97_6_mib():
 
 
 # Shapes do not depend on the backend; TF builds ResNet-50 fastest here.
+@pytest.mark.backend_independent(home="tensorflow")
 @pytest.mark.skipif(not ON_TF, reason="built once, under TensorFlow")
 def test_resnet50_table_matches_keras_applications_in_order():
     shapes = cm.resnet50_shapes()
@@ -257,6 +262,7 @@ def test_run_fits_links_from_a_timings_file(tmp_path, capsys):
         cm.run(_parse("--gpus=x"))
 
 
+@pytest.mark.backend_independent(home="tensorflow")
 @pytest.mark.skipif(not ON_TF, reason="one subprocess run is enough")
 def test_python_dash_m_entry_point_prints_the_table():
     result = subprocess.run(
@@ -275,6 +281,7 @@ def test_localhost_measurement_rejects_bad_sizes_before_starting_workers():
         cm.measure_localhost(sizes=(6, 8))
 
 
+@pytest.mark.backend_independent(home="tensorflow")
 @pytest.mark.skipif(not ON_TF, reason="measures TF collectives")
 def test_localhost_measurement_returns_two_worker_timings():
     timings = cm.measure_localhost(sizes=(2**12, 2**20), repeats=2, timeout=180)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "gns_worker.py")
-JOB_TIMEOUT = 180
+JOB_TIMEOUT = 300
 B_SIMPLE = 129.0  # ((d + 1)|e|^2 + d sigma^2) / |e|^2, d = 64, |e| = sigma = 1
 
 
@@ -34,23 +34,36 @@ def _env():
     return env
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "lars_mixed"])
-def test_two_replicas_measure_what_accumulation_measures(optimizer, tmp_path):
-    outs = [str(tmp_path / f"replica_{i}.json") for i in range(2)]
+OPTIMIZERS = ["sgd", "lars_mixed"]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """The job of two replicas and the one process accumulating, each
+    measuring every optimizer of `OPTIMIZERS` in turn (one start a
+    process): the folder of their JSON files."""
+    folder = tmp_path_factory.mktemp("gns")
+    outs = [str(folder / f"replica_{i}_{{optimizer}}.json") for i in range(2)]
     procs = localhost.start(
         [[sys.executable, WORKER,
-          json.dumps(dict(out=o, optimizer=optimizer, batch_size=128))]
+          json.dumps(dict(out=o, optimizers=OPTIMIZERS, batch_size=128))]
          for o in outs],
-        logs=[tmp_path / f"replica_{i}.log" for i in range(2)], env=_env())
+        logs=[folder / f"replica_{i}.log" for i in range(2)], env=_env())
     for i, code in enumerate(localhost.wait(procs, JOB_TIMEOUT)):
-        assert code == 0, (tmp_path / f"replica_{i}.log").read_text()[-3000:]
-    single = str(tmp_path / "single.json")
+        assert code == 0, (folder / f"replica_{i}.log").read_text()[-3000:]
     subprocess.run(
         [sys.executable, WORKER, json.dumps(dict(
-            out=single, optimizer=optimizer, batch_size=64, accumulation=2))],
+            out=str(folder / "single_{optimizer}.json"), optimizers=OPTIMIZERS,
+            batch_size=64, accumulation=2))],
         env=_env(), check=True, timeout=JOB_TIMEOUT, capture_output=True)
-    replicas = [json.load(open(o)) for o in outs]
-    accumulation = json.load(open(single))
+    return folder
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_two_replicas_measure_what_accumulation_measures(optimizer, measured):
+    replicas = [json.load(open(measured / f"replica_{i}_{optimizer}.json"))
+                for i in range(2)]
+    accumulation = json.load(open(measured / f"single_{optimizer}.json"))
     assert [r["source"] for r in replicas] == ["replicas", "replicas"]
     assert accumulation["source"] == "accumulation"
     assert replicas[0] == replicas[1]

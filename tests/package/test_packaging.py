@@ -7,6 +7,11 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+# The wheel's contents: the same on every backend.
+pytestmark = pytest.mark.backend_independent
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -3,6 +3,11 @@ of the code issue #11 removed."""
 
 import pathlib
 
+import pytest
+
+# The repository's files: the same on every backend.
+pytestmark = pytest.mark.backend_independent
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".pytest_cache"}
 TEXT = {".py", ".md", ".json", ".sh", ".toml", ".cfg", ".txt", ".cc", ".h",

@@ -7,6 +7,11 @@ import site
 import subprocess
 import sys
 
+import pytest
+
+# Imports from a checkout: the same on every backend.
+pytestmark = pytest.mark.backend_independent
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,3 +1,12 @@
+import collections
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
 import keras
 import pytest
 
@@ -27,3 +36,92 @@ def small(monkeypatch):
     from keras_largebatch.train.recipe import models
 
     monkeypatch.setattr(models, "build_model", small_model)
+
+
+# Runs of the tests' command (`small_command.py`) made once per test
+# session and shared by every test, file and pytest worker that asks for the
+# same one (the `command_runs` fixture): the same backend, arguments and
+# kill point give the same run folder (`--deterministic`), so one process
+# start and one first trace serve them all. The runs live beside the
+# session's temporary folders (the base that pytest-xdist's workers share),
+# each made under a file lock by the first test that needs it; a run that
+# did not end as asked is not kept, so each test that asks sees its failure.
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "small_command.py")  # KILL_AT_EPOCH_STEP ends it
+KILLED = 9  # kill_switch's exit code
+
+Run = collections.namedtuple("Run", "model_dir code log")
+
+
+def _base(tmp_path_factory):
+    base = tmp_path_factory.getbasetemp()
+    # Under pytest-xdist each worker's base is a folder of the session's.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / "command_runs"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def run_command(model_dir, args, kill=None, backend=None, timeout=300):
+    """The command in a subprocess: (exit code, stdout + stderr)."""
+    env = dict(os.environ, KERAS_BACKEND=backend or keras.backend.backend())
+    env.pop("KILL_AT_EPOCH_STEP", None)
+    if kill:
+        env["KILL_AT_EPOCH_STEP"] = kill
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, *args, f"--model_dir={model_dir}"],
+        env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _shared_run(tmp_path_factory, args, kill=None, backend=None):
+    """The run of `args` (killed after `kill`, 'EPOCH,STEP', if given) on
+    `backend` (default the suite's), made once a session: a `Run` whose
+    `model_dir` no test may change (`copy_run` gives one to change)."""
+    backend = backend or keras.backend.backend()
+    key = hashlib.sha256(json.dumps(
+        [backend, list(args), kill]).encode()).hexdigest()[:16]
+    folder = _base(tmp_path_factory) / key
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / "done.json"
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            code, log = run_command(folder / "run", args, kill, backend)
+            if code != (KILLED if kill else 0):
+                shutil.rmtree(folder, ignore_errors=True)
+                return Run(None, code, log)
+            done.write_text(json.dumps(dict(code=code, log=log)))
+        found = json.loads(done.read_text())
+    return Run(folder / "run", found["code"], found["log"])
+
+
+def copy_run(run, destination):
+    """A copy of `run`'s folder at `destination`, for a test to change."""
+    assert run.model_dir is not None, run.log[-3000:]
+    shutil.copytree(run.model_dir, destination, symlinks=True)
+    return destination
+
+
+class CommandRuns:
+    """`get(args, kill=None, backend=None)`: the shared `Run`;
+    `copy(run, destination)`: its folder copied, for a test to change;
+    `run(model_dir, args, kill=None)`: a run of its own, (code, log)."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory = tmp_path_factory
+
+    def get(self, args, kill=None, backend=None):
+        return _shared_run(self._factory, args, kill, backend)
+
+    copy = staticmethod(copy_run)
+    run = staticmethod(run_command)
+
+
+@pytest.fixture(scope="session")
+def command_runs(tmp_path_factory):
+    """The session's shared runs of the tests' command (`CommandRuns`)."""
+    return CommandRuns(tmp_path_factory)

@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 FLOATS = [f.name for f in flags.TABLE if f.kind == "float"]
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("name", FLOATS)
 def test_every_float_flag_refuses_a_non_finite_value_naming_it(
         name, tmp_path, capsys):
@@ -161,6 +162,7 @@ def test_the_divergence_check_runs_before_every_callback(tmp_path):
 
 
 # --help and the backend, before Keras: what `keras-largebatch-train` runs.
+@pytest.mark.backend_independent
 def test_console_script_is_the_entry_that_needs_no_keras():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
@@ -172,12 +174,14 @@ def test_console_script_is_the_entry_that_needs_no_keras():
         assert "from keras " not in source, module
 
 
+@pytest.mark.backend_independent
 def test_help_page_is_the_flag_tables_help():
     assert cli.saved_help() == flags.help_text(PROG) + "\n", (
         "run: python -c 'from keras_largebatch.train.config import help; "
         "help.write_help_page()'")
 
 
+@pytest.mark.backend_independent
 def test_help_needs_no_backend(monkeypatch, capsys):
     monkeypatch.setattr(_backend, "_installed", lambda name: False)
     assert cli.main([PROG, "--help"]) == 0
@@ -191,6 +195,7 @@ def no_config(monkeypatch, tmp_path):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
 
 
+@pytest.mark.backend_independent
 def test_default_backend_missing_exits_2_naming_the_installed_ones(
         no_config, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(_backend, "_installed",
@@ -205,6 +210,7 @@ def test_default_backend_missing_exits_2_naming_the_installed_ones(
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.backend_independent
 def test_the_backend_is_read_as_keras_reads_it(no_config, monkeypatch,
                                               tmp_path):
     assert _backend.chosen()[0] == "tensorflow"
@@ -239,12 +245,14 @@ def _without_backend(tmp_path, *args, block="tensorflow"):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.backend_independent
 def test_help_works_with_no_backend_installed_or_chosen(tmp_path):
     proc = _without_backend(tmp_path, "--help", block="all")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == cli.saved_help()
 
 
+@pytest.mark.backend_independent
 def test_without_tensorflow_or_keras_backend_a_run_exits_2_in_one_line(
         tmp_path):
     proc = _without_backend(tmp_path, f"--model_dir={tmp_path}/run")

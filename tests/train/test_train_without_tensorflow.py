@@ -9,8 +9,10 @@ import keras
 import pytest
 
 BACKEND = keras.backend.backend()
-pytestmark = pytest.mark.skipif(BACKEND == "tensorflow",
-                                reason="the JAX and torch path")
+# TensorFlow installed and made unimportable: the main environment's.
+pytestmark = [pytest.mark.tensorflow,
+              pytest.mark.skipif(BACKEND == "tensorflow",
+                                 reason="the JAX and torch path")]
 
 # Whether or not TensorFlow is installed, the command's process cannot
 # import it (and so would fail on any use of it).

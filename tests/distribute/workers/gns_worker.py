@@ -5,7 +5,8 @@ Usage: `python gns_worker.py '<json>'`, with `TF_CONFIG` set for a worker
 callback's logs per epoch and its source), `optimizer` (`"sgd"` or
 `"lars_mixed"`), `accumulation` (gradient accumulation steps, default
 none), `batch_size` (global, per step), `epochs`, `timeout` (collective,
-seconds). The problem is the regression of `tests/regression_problem.py`:
+seconds); `optimizers` (a list) measures each in turn in this one process
+(its strategy made once), each into `out` formatted with its name. The problem is the regression of `tests/regression_problem.py`:
 y = x.w* + noise, x ~ N(0, I_64), weights held still, B_simple = 129.
 """
 
@@ -40,13 +41,13 @@ from regression_problem import linear_model  # noqa: E402
 from regression_problem import regression  # noqa: E402
 
 
-def main():
+def measure(name, out):
     x, y, w = regression(d=64, n=16384, sigma=1.0)
     keras.utils.set_random_seed(1)
     k = ARGS.get("accumulation")
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = linear_model(w)
-        if ARGS["optimizer"] == "sgd":
+        if name == "sgd":
             optimizer = keras.optimizers.SGD(
                 0.0, gradient_accumulation_steps=k)
         else:
@@ -60,8 +61,9 @@ def main():
     logs = {name: [float(v) for v in history.history[name]]
             for name in ("gradient_noise_scale", "gns_grad_sq_norm",
                          "gns_trace_cov")}
-    with open(ARGS["out"], "w") as f:
+    with open(out, "w") as f:
         json.dump(dict(logs, source=gns.source), f)
 
 
-main()
+for name in ARGS.get("optimizers", [ARGS.get("optimizer")]):
+    measure(name, ARGS["out"].format(optimizer=name))

@@ -33,8 +33,11 @@ ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",
         "--steps_per_epoch=6", "--epochs=2", "--augment=crop_flip",
         "--image_size=67", "--warmup_epochs=0.5", "--verbose=2",
         "--deterministic", "--checkpoint_every_steps=2"]
-ONCE = pytest.mark.skipif(BACKEND != "jax",
-                          reason="backend-independent: runs on JAX only")
+# Code that does not vary with the backend: runs once, on JAX
+# (tests/conftest.py).
+def ONCE(test):
+    return pytest.mark.backend_independent(pytest.mark.skipif(
+        BACKEND != "jax", reason="backend-independent: runs on JAX")(test))
 
 
 def _run(model_dir, kill=None):
@@ -56,21 +59,21 @@ def _main(model_dir, *extra):
 
 
 @pytest.fixture(scope="module")
-def whole(tmp_path_factory):
-    """The final weights of an uninterrupted run."""
-    model_dir = tmp_path_factory.mktemp("whole") / "run"
-    code, log = _run(model_dir)
-    assert code == 0, log[-3000:]
-    model = keras.saving.load_model(os.path.join(model_dir, "final.keras"))
+def whole(command_runs):
+    """The final weights of an uninterrupted run (the session's, shared
+    with test_train_step_checkpoints.py)."""
+    run = command_runs.get(ARGS)
+    assert run.code == 0, run.log[-3000:]
+    model = keras.saving.load_model(os.path.join(run.model_dir, "final.keras"))
     return model.get_weights()
 
 
-def _killed(tmp_path):
-    """A run killed after micro-batch 4 of epoch 2, by the code and
-    libraries installed now."""
-    model_dir = tmp_path / "run"
-    assert _run(model_dir, "1,4")[0] == 9
-    return model_dir
+def _killed(tmp_path, command_runs, kill="1,4"):
+    """A copy of a run killed after micro-batch 4 of epoch 2 (`kill`), by
+    the code and libraries installed now (the session's)."""
+    killed = command_runs.get(ARGS, kill)
+    assert killed.code == 9, killed.log[-3000:]
+    return command_runs.copy(killed, tmp_path / "run")
 
 
 def _legacy(tmp_path):
@@ -137,8 +140,8 @@ def test_a_run_written_before_the_move_resumes_where_it_stopped_and_tidy(
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_epoch_backup(
-        whole, tmp_path):
-    model_dir = _killed(tmp_path)
+        whole, tmp_path, command_runs):
+    model_dir = _killed(tmp_path, command_runs)
     name = _pointer(model_dir)["weights"]
     _truncate(model_dir / "backup" / name)
     code, log = _run(model_dir)
@@ -152,9 +155,9 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_epoch_backup(
 
 @ONCE
 def test_a_damaged_epoch_backup_falls_back_to_the_checkpoint_before_it(
-        whole, tmp_path):
-    model_dir = tmp_path / "run"
-    assert _run(model_dir, "1,0")[0] == 9  # Just after epoch 1's backup.
+        whole, tmp_path, command_runs):
+    # Killed just after epoch 1's backup.
+    model_dir = _killed(tmp_path, command_runs, "1,0")
     assert _pointer(model_dir)["epoch"] == 0
     _truncate(model_dir / "backup" / "latest.weights.h5")
     code, log = _run(model_dir)

@@ -64,16 +64,19 @@ def _resumed(log):
     (ADAPTIVE, {"1,2": (2, 1), "2,5": (3, 1)}),
 ], ids=["fixed_batch", "adaptive_batch"])
 def test_a_run_killed_within_an_epoch_resumes_there_bit_identical(
-        extra, kills, tmp_path):
-    code, log = _run(tmp_path / "whole", extra)
-    assert code == 0, log[-3000:]
+        extra, kills, tmp_path, command_runs):
+    # The uninterrupted and the killed runs are the session's, shared with
+    # test_checkpoint_faults.py (the same arguments).
+    whole = command_runs.get([*ARGS, *extra])
+    assert whole.code == 0, whole.log[-3000:]
     for i, (kill, at) in enumerate(kills.items()):
-        model_dir = tmp_path / f"killed_{i}"
-        assert _run(model_dir, extra, kill)[0] == 9
+        killed = command_runs.get([*ARGS, *extra], kill)
+        assert killed.code == 9, killed.log[-3000:]
+        model_dir = command_runs.copy(killed, tmp_path / f"killed_{i}")
         code, log = _run(model_dir, extra)
         assert code == 0, log[-3000:]
         assert _resumed(log) == at
-        _assert_identical(tmp_path / "whole", model_dir)
+        _assert_identical(whole.model_dir, model_dir)
 
 
 @pytest.mark.parametrize("value", ["-1", "x"])

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+# tf.data's ops, whatever the Keras backend: the same on every backend.
+pytestmark = [pytest.mark.tensorflow, pytest.mark.backend_independent]
 
 from keras_largebatch.train.data import augment  # noqa: E402
 from keras_largebatch.train.data import registry  # noqa: E402

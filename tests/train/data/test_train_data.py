@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow
 
 from keras_largebatch.train import data  # noqa: E402
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow
 
 from keras_largebatch.train import data  # noqa: E402
 from keras_largebatch.train.run import driver as train_main  # noqa: E402

@@ -1,11 +1,18 @@
 """The Grain input pipeline and NumPy augmentation (no TensorFlow)."""
 
+import inspect
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from keras_largebatch.train.data import augment_numpy
 from keras_largebatch.train import data
 from keras_largebatch.train.data import grain_pipeline
+
+# NumPy and Grain, before any backend: the same on every backend.
+pytestmark = pytest.mark.backend_independent
 
 
 def _spec(n=50, size=6, classes=4, seed=0):
@@ -83,6 +90,7 @@ def test_resize_matches_half_pixel_bilinear_in_closed_form():
     np.testing.assert_allclose(out[:, 0], [0, 0.5, 1.5, 2.0])
 
 
+@pytest.mark.tensorflow
 def test_resize_matches_tensorflow_bilinear():
     tf = pytest.importorskip("tensorflow")
     images = np.random.default_rng(0).random((3, 8, 8, 1), "float32")
@@ -133,3 +141,22 @@ def test_class_folders_decode_with_pillow(tmp_path):
     (tmp_path / "a" / "bad.png").write_bytes(b"not an image")
     with pytest.raises(data.DataError, match="bad.png"):
         data.load("directory", image_size=4, data_dir=str(tmp_path))
+
+
+def _bare_python_without_jax(code):
+    """stderr of `code` run in a bare Python (Grain alone, no Keras: under
+    a second) where `import jax` fails, as on a torch-only install."""
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         "import sys\nsys.modules['jax'] = None\n" + code],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr
+
+
+def test_grain_is_imported_without_its_jax_profiler_warning_where_no_jax():
+    assert "Failed to load jax profiler" in _bare_python_without_jax(
+        "import grain"), "Grain no longer warns: `_grain` may import it plainly"
+    source = inspect.getsource(grain_pipeline._grain)
+    err = _bare_python_without_jax(f"import logging\n{source}\n_grain()")
+    assert "jax profiler" not in err, err

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow
 
 from keras_largebatch.train import data  # noqa: E402
 from keras_largebatch.train.data import imagenet  # noqa: E402

@@ -13,6 +13,9 @@ from keras_largebatch.train import data
 from keras_largebatch.train.data import loaders
 from keras_largebatch.train.data import registry
 
+# The registry's table: the same on every backend.
+pytestmark = pytest.mark.backend_independent
+
 PACKAGE = os.path.dirname(keras_largebatch.train.__file__)
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs",
                     "training.md")

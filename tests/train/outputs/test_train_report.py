@@ -5,6 +5,9 @@ import pytest
 
 from keras_largebatch.train.outputs import report
 
+# Text from numbers: the same on every backend.
+pytestmark = pytest.mark.backend_independent
+
 
 @pytest.mark.parametrize(
     "b_simple, batch, words",

@@ -114,6 +114,7 @@ def test_killed_adaptive_run_resumes_at_its_batch_with_identical_weights(
     assert os.path.exists(tmp_path / "resumed" / "learning_curves.png")
 
 
+@pytest.mark.multi_process
 @pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution on JAX")
 def test_two_jax_processes_grow_the_batch_as_one_process(tmp_path):
     from keras_largebatch.distribute import localhost

@@ -304,6 +304,7 @@ def _tensorboard_tags(folder):
     return tags
 
 
+@pytest.mark.tensorflow  # TensorFlow's reader checks the tags.
 def test_tensorboard_top5_and_eval_of_the_latest_checkpoint(
         small, tmp_path, capsys):
     model_dir = tmp_path / "run"

@@ -14,6 +14,7 @@ import pytest
 from keras_largebatch.distribute import localhost
 
 BACKEND = keras.backend.backend()
+pytestmark = pytest.mark.multi_process
 # The command scripts live in tests/train.
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--dataset=synthetic", "--num_classes=3", "--global_batch_size=32",

@@ -82,6 +82,7 @@ def _batches(spec, peek=False, **kwargs):
     return [x.numpy() for x, _ in train]
 
 
+@pytest.mark.tensorflow
 def test_data_of_an_epoch_depends_on_seed_and_epoch_only():
     pytest.importorskip("tensorflow")  # The tf.data pipeline's property.
     from keras_largebatch.train.data import augment
