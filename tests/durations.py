@@ -20,7 +20,7 @@ OUT = os.path.join(HERE, "durations.json")
 SLOW_SECONDS = 10.0
 
 
-def test_path(case):
+def node_id(case):
     """'tests/train/test_train_cli.py::test_x[a]' of a junit <testcase>."""
     parts = case.get("classname", "").split(".")
     # classname is the module's dotted path, then any class names.
@@ -40,7 +40,7 @@ def read(paths):
         for case in ET.parse(path).getroot().iter("testcase"):
             if case.find("skipped") is not None:
                 continue
-            test = test_path(case)
+            test = node_id(case)
             if test:
                 tests[test] = tests.get(test, 0.0) + float(case.get("time", 0))
     return steps
