@@ -52,8 +52,10 @@ def optimizer_step_ms(spec):
     """Part b: each optimizer's step, ms."""
     from bench.micro import optimizer_step
 
+    s = spec["settings"]
     _, ms = optimizer_step.measure_backend(
-        spec["settings"]["steps"], spec["settings"]["optimizers"])
+        s["steps"], s["optimizers"], **({"model": s["model"], "size": s["size"]}
+                                        if "model" in s else {}))
     return ms
 
 

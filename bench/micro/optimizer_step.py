@@ -70,12 +70,17 @@ def _store(results, name, measured):
     results[name], results[name + "_cpu"] = measured
 
 
-def measure_backend(steps, only=None):
+def measure_backend(steps, only=None, model="keras", size=224):
+    """Each optimizer's (`only`: those named) step on the variables of
+    `bench.micro.applications.build_model(model, size)` (default Keras'
+    ResNet-50 at 224), ms: (backend, results)."""
     import keras
     import numpy as np
 
+    from bench.micro import applications
+
     backend = keras.backend.backend()
-    model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3))
+    model = applications.build_model(model, size)
     variables = model.trainable_variables
     rng = np.random.default_rng(0)
     grads_np = [rng.normal(size=v.shape).astype("float32") * 1e-3 for v in variables]

@@ -4,6 +4,10 @@ Every worker is a subprocess (`workers/mw_worker.py`) with its own
 `TF_CONFIG` on 127.0.0.1 ports; every job has a hard timeout and is killed
 whole on failure. The worker trains a 195-parameter MLP with `LARSMixed`
 for 2 epochs of 4 steps (global batch 16), then evaluates and predicts.
+A TF worker's start costs seconds, so one job trains several fresh models
+one after another: the 2-worker job and the single-process reference
+shared by several tests (module fixtures) also train with gradient
+accumulation, and the 2-worker job then with fp16 transport.
 """
 
 import json
@@ -26,6 +30,8 @@ pytestmark = pytest.mark.skipif(
 
 WORKER = os.path.join(os.path.dirname(__file__), "workers", "mw_worker.py")
 JOB_TIMEOUT = 240
+# `single` and `fit2` run what two jobs of JOB_TIMEOUT each used to.
+SHARED_JOB_TIMEOUT = 2 * JOB_TIMEOUT
 # Two workers reduce in another order than one process sums a batch:
 # float32 round-off, ~5e-7 measured after 8 steps.
 ATOL_FLOAT32 = 1e-5
@@ -60,9 +66,9 @@ def _wait(procs, tmp_path, name, timeout=JOB_TIMEOUT):
         assert code == 0, _log(tmp_path, name, i)
 
 
-def _run_job(num_workers, args, tmp_path, name):
+def _run_job(num_workers, args, tmp_path, name, timeout=JOB_TIMEOUT):
     procs, outs = _start(num_workers, args, tmp_path, name)
-    _wait(procs, tmp_path, name)
+    _wait(procs, tmp_path, name, timeout)
     return [dict(np.load(o)) for o in outs]
 
 
@@ -81,22 +87,43 @@ def _assert_identical(results, prefix=""):
             np.testing.assert_array_equal(x, y)
 
 
+# Gradient accumulation (prefixes `<optimizer>_`), in `single` and `fit2`.
+ACCUMULATION = {"steps": 2, "optimizers": ["sgd", "lars_mixed", "lamb_mixed"]}
+# The tests of the shared `fit2` job: its cost is timed in whichever of
+# them runs first, so `slow` (`tests/run.sh --fast`) cannot come from their
+# recorded seconds alone.
+shared_job = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """The same training in one process, no strategy, same global batch."""
+    """The same trainings in one process, no strategy, same global batch:
+    the first model (evaluated), then one per optimizer with gradient
+    accumulation."""
     out = str(tmp_path_factory.mktemp("single") / "single.npz")
     subprocess.run(
-        [sys.executable, WORKER, json.dumps({"out": out, "strategy": None})],
-        env=_env(), check=True, timeout=JOB_TIMEOUT, capture_output=True,
+        [sys.executable, WORKER, json.dumps({
+            "out": out, "strategy": None, "accumulation": ACCUMULATION,
+        })],
+        env=_env(), check=True, timeout=SHARED_JOB_TIMEOUT,
+        capture_output=True,
     )
     return dict(np.load(out))
 
 
-def test_two_workers_fit_like_one_process_in_float32_and_fp16(
-    single, tmp_path
-):
-    args = {"strategy": {}, "then": {"compression": "fp16"}}
-    results = _run_job(2, args, tmp_path, "fit2")
+@pytest.fixture(scope="module")
+def fit2(tmp_path_factory):
+    """One 2-worker job: the first model in float32 (evaluated), one per
+    optimizer with gradient accumulation, then one with fp16 transport."""
+    args = {"strategy": {}, "accumulation": ACCUMULATION,
+            "then": {"compression": "fp16"}}
+    return _run_job(2, args, tmp_path_factory.mktemp("fit2"), "fit2",
+                    SHARED_JOB_TIMEOUT)
+
+
+@shared_job
+def test_two_workers_fit_like_one_process_in_float32_and_fp16(single, fit2):
+    results = fit2
     _assert_identical(results)
     _assert_identical(results, "then_")
     r = results[0]
@@ -112,22 +139,13 @@ def test_two_workers_fit_like_one_process_in_float32_and_fp16(
     assert not np.array_equal(r["w1"], r["then_w1"])
 
 
-def test_two_workers_accumulate_gradients_like_one_process(tmp_path):
+@shared_job
+def test_two_workers_accumulate_gradients_like_one_process(single, fit2):
     # Keras' accumulation is a `cond` whose update branch all-reduces (SGD)
     # or updates the rule (the mixed optimizers sum every micro-batch):
     # the strategy does both without `merge_call`, refused in a branch.
-    names = ["sgd", "lars_mixed", "lamb_mixed"]
-    args = {"evaluate": False,
-            "accumulation": {"steps": 2, "optimizers": names}}
-    results = _run_job(2, dict(args, strategy={}), tmp_path, "accumulate")
-    out = str(tmp_path / "accumulate_single.npz")
-    subprocess.run(
-        [sys.executable, WORKER, json.dumps(dict(args, out=out,
-                                                 strategy=None))],
-        env=_env(), check=True, timeout=JOB_TIMEOUT, capture_output=True,
-    )
-    single = dict(np.load(out))
-    for name in names:
+    results = fit2
+    for name in ACCUMULATION["optimizers"]:
         prefix = f"{name}_"
         _assert_identical(results, prefix)
         for x, y in zip(_weights(results[0], prefix), _weights(single, prefix)):

@@ -11,13 +11,15 @@ Usage: `python mw_worker.py '<json>'`, with `TF_CONFIG` set for a worker
 - `timeout`: collective timeout in seconds;
 - `epochs`, `batch_size`: of `fit` (batch size is global);
 - `backup_dir`: use `keras.callbacks.BackupAndRestore` there;
-- `then`: cross-device settings (`hierarchical_threshold_bytes`,
-  `compression`) for a second, fresh model trained in the same job; its
-  results are saved with the prefix `then_`;
-- `evaluate`: also run `evaluate` and `predict` (default true);
+- `evaluate`: also run `evaluate` and `predict` on the first model
+  (default true);
 - `accumulation`: `{"steps": k, "optimizers": [...]}`: then train a fresh
   model per optimizer (`"sgd"`, `"lars_mixed"`, `"lamb_mixed"`) with
-  `gradient_accumulation_steps=k`; its results get the prefix `<name>_`;
+  `gradient_accumulation_steps=k`, under the same cross-device settings as
+  the first; its results get the prefix `<name>_`;
+- `then`: cross-device settings (`hierarchical_threshold_bytes`,
+  `compression`) for one more fresh model, trained last in the same job;
+  its results are saved with the prefix `then_`;
 - `stop_after_epoch`: after this epoch's backup, write `<out>.ready` and
   exit (`stop_how="exit"`) or hang (`"hang"`, to be killed by the test);
   only on task `stop_task` when given.
@@ -117,8 +119,9 @@ class Epochs(keras.callbacks.Callback):
         self.seen.append(epoch)
 
 
-def train(prefix, x, y, *build_args, **build_kwargs):
-    """Builds, fits (and evaluates, predicts) a fresh model."""
+def train(prefix, x, y, *build_args, evaluate=False, **build_kwargs):
+    """Builds, fits (and with `evaluate`, evaluates and predicts) a fresh
+    model."""
     if strategy is not None:
         with strategy.scope():
             model = build(*build_args, **build_kwargs)
@@ -145,7 +148,7 @@ def train(prefix, x, y, *build_args, **build_kwargs):
     )
     result = {f"{prefix}w{i}": w for i, w in enumerate(model.get_weights())}
     result[f"{prefix}epochs"] = np.array(epochs.seen)
-    if ARGS.get("evaluate", True):
+    if evaluate:
         result[f"{prefix}evaluate"] = np.array(
             model.evaluate(x, y, batch_size=16, verbose=0)
         )
@@ -164,19 +167,20 @@ def train(prefix, x, y, *build_args, **build_kwargs):
 
 def main():
     x, y = data()
-    result = train("", x, y)
-    if ARGS.get("then"):
-        # Retrain a fresh model in the same job with other cross-device
-        # settings (they are read when the train function is traced).
-        ops = strategy.cross_device_ops
-        ops.config = dataclasses.replace(ops.config, **ARGS["then"])
-        result.update(train("then_", x, y))
+    result = train("", x, y, evaluate=ARGS.get("evaluate", True))
     accumulation = ARGS.get("accumulation", {})
     for name in accumulation.get("optimizers", ()):
         result.update(train(
             f"{name}_", x, y, name,
             gradient_accumulation_steps=accumulation["steps"],
         ))
+    if ARGS.get("then"):
+        # Retrain a fresh model in the same job with other cross-device
+        # settings (they are read when the train function is traced), last:
+        # the models above train under the first settings.
+        ops = strategy.cross_device_ops
+        ops.config = dataclasses.replace(ops.config, **ARGS["then"])
+        result.update(train("then_", x, y))
     np.savez(ARGS["out"], **result)
 
 

@@ -1,10 +1,18 @@
 """One task of a localhost job under `compression="topk"`, driven by
 `test_distribute_topk.py`.
 
-Usage: `python topk_worker.py '<json>'`, with `TF_CONFIG` set. JSON keys:
+Usage: `python topk_worker.py '<json>'`, with `TF_CONFIG` set. One strategy
+serves a list of runs, one after another in this process (a TensorFlow
+worker's start costs seconds of import and cluster set-up). JSON keys:
 
-- `out`: `.npz` written at the end;
-- `strategy`: keyword arguments of `MultiWorkerMirroredStrategy`;
+- `out`: path prefix; run `name` writes `<out>_<name>.npz` when it ends;
+- `strategy`: keyword arguments of `MultiWorkerMirroredStrategy` shared by
+  every run (`workers_per_node` is read once, at its construction);
+- `timeout`: collective timeout in seconds (default 120);
+- `runs`: the runs, in order. Each holds `name`, `mode`, `strategy` (more
+  keyword arguments for this run alone, on top of the shared ones) and the
+  keys of its mode. Each starts from a fresh `ReduceConfig` of those
+  arguments and fresh (empty) top-k residuals, as a new job would.
 - `mode`:
   - `"reduce"`: all-reduces (SUM) `steps` sets of gradients of `SHAPES`
     with `ReplicaContext.all_reduce` in a `tf.function`; task `t` at step
@@ -38,13 +46,15 @@ strategy = MultiWorkerMirroredStrategy(
     communication_options=tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=ARGS.get("timeout", 120)
     ),
-    **ARGS["strategy"],
+    **ARGS.get("strategy", {}),
 )
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_largebatch  # noqa: E402
+from keras_largebatch.distribute import sparse  # noqa: E402
+from keras_largebatch.distribute.config import ReduceConfig  # noqa: E402
 
 SHAPES = [(300, 40), (40,), (40, 10), (10,)]
 
@@ -59,10 +69,10 @@ def gradients(task, step):
     ]
 
 
-def reduce_mode(out):
+def reduce_mode(run, out):
     checkpoint = tf.train.Checkpoint(residuals=strategy.topk_residuals)
-    if ARGS.get("restore"):
-        checkpoint.restore(f"{ARGS['restore']}_{TASK}").expect_partial()
+    if run.get("restore"):
+        checkpoint.restore(f"{run['restore']}_{TASK}").expect_partial()
 
     @tf.function
     def step(grads):
@@ -73,8 +83,8 @@ def reduce_mode(out):
 
         return strategy.run(replica, args=(grads,))
 
-    first = ARGS.get("first_step", 0)
-    for s in range(first, first + ARGS["steps"]):
+    first = run.get("first_step", 0)
+    for s in range(first, first + run["steps"]):
         g = gradients(TASK, s)
         y = step([tf.constant(x) for x in g])
         out[f"g{s}"] = np.concatenate([x.ravel() for x in g])
@@ -86,11 +96,11 @@ def reduce_mode(out):
             if name:
                 out[f"r{s}_{i}"] = residuals[name[0]]
     out["num_residuals"] = len(strategy.topk_residuals.variables)
-    if ARGS.get("save"):
-        checkpoint.write(f"{ARGS['save']}_{TASK}")
+    if run.get("save"):
+        checkpoint.write(f"{run['save']}_{TASK}")
 
 
-def train_mode(out):
+def train_mode(run, out):
     rng = np.random.RandomState(0)
     x = rng.normal(size=(4096, 32)).astype("float32")
     teacher = [rng.normal(size=(32, 32)), rng.normal(size=(32, 8))]
@@ -103,28 +113,26 @@ def train_mode(out):
             keras.layers.Dense(64, activation="relu"),
             keras.layers.Dense(8),
         ])
-        if ARGS.get("optimizer", "sgd") == "sgd":
+        if run.get("optimizer", "sgd") == "sgd":
             optimizer = keras.optimizers.SGD(
-                ARGS["learning_rate"], momentum=ARGS.get("momentum", 0.0)
+                run["learning_rate"], momentum=run.get("momentum", 0.0)
             )
         else:
             optimizer = keras_largebatch.LARSMixed(
-                learning_rate=ARGS["learning_rate"], momentum=0.9,
-                eta=ARGS.get("eta", 0.01),
+                learning_rate=run["learning_rate"], momentum=0.9,
+                eta=run.get("eta", 0.01),
             )
         model.compile(
             optimizer=optimizer,
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
     callbacks = []
-    if ARGS.get("residual_dir"):
-        from keras_largebatch.distribute import sparse
-
+    if run.get("residual_dir"):
         callbacks.append(sparse.residual_checkpoint_callback(
-            strategy, ARGS["residual_dir"]
+            strategy, run["residual_dir"]
         ))
-    history = model.fit(x, y, batch_size=ARGS["batch_size"],
-                        epochs=ARGS["epochs"], shuffle=False, verbose=0,
+    history = model.fit(x, y, batch_size=run["batch_size"],
+                        epochs=run["epochs"], shuffle=False, verbose=0,
                         callbacks=callbacks)
     if callbacks and callbacks[0].status is not None:
         # Every residual saved was restored into one created here.
@@ -140,10 +148,27 @@ def train_mode(out):
         out[f"w{i}"] = w
 
 
+def start(run):
+    """This run's settings, with fresh residuals, on the cross-device ops.
+
+    The ops' `config` setter keeps the residuals (those of the previous
+    run); `_set_config` takes new ones. Settings are read when a function
+    is traced: each run traces its own."""
+    config = ReduceConfig(**dict(ARGS.get("strategy", {}),
+                                 **run.get("strategy", {})))
+    ops = strategy.cross_device_ops
+    # The nodes were grouped by the constructor's `workers_per_node`.
+    assert config.workers_per_node == ops.config.workers_per_node, run
+    ops._set_config(config, sparse.Residuals())
+    assert not strategy.topk_residuals.variables
+
+
 def main():
-    out = {}
-    {"reduce": reduce_mode, "train": train_mode}[ARGS["mode"]](out)
-    np.savez(ARGS["out"], **out)
+    for run in ARGS["runs"]:
+        start(run)
+        out = {}
+        {"reduce": reduce_mode, "train": train_mode}[run["mode"]](run, out)
+        np.savez(f"{ARGS['out']}_{run['name']}.npz", **out)
 
 
 if __name__ == "__main__":
