@@ -14,6 +14,7 @@ import re
 import keras
 
 from keras_largebatch._shared import require
+from keras_largebatch._wrappers import innermost
 from keras_largebatch.api_export import keras_largebatch_export
 
 
@@ -92,7 +93,9 @@ def exclude_bias_and_norm(optimizer, model, extra_patterns=None):
 
     Works with stock optimizers that take `weight_decay` (`SGD`, `AdamW`,
     ...) through their own `exclude_from_weight_decay(var_list=...)`; call it
-    before the optimizer is built (before `fit` or the first `apply`).
+    before the optimizer is built (before `fit` or the first `apply`). Under
+    wrappers (`LossScaleOptimizer`, `LARSMixed`, `NoiseScaleOptimizer`) the
+    innermost optimizer, the rule, takes the exclusions.
 
     ```python
     opt = keras.optimizers.AdamW(1e-3, weight_decay=5e-4)
@@ -107,7 +110,7 @@ def exclude_bias_and_norm(optimizer, model, extra_patterns=None):
     Returns:
         The list of excluded variables.
     """
-    target = getattr(optimizer, "inner_optimizer", optimizer)
+    target = innermost(optimizer)
     if getattr(target, "built", False):
         raise ValueError(
             "`exclude_bias_and_norm` must be called before the optimizer is "

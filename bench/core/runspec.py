@@ -31,6 +31,7 @@ import os
 import sys
 
 import bench
+from keras_largebatch.train import layout
 
 # The study's networks on Fashion-MNIST: the command's flags of each.
 _COMMON = dict(dataset="fashion_mnist", weight_decay=5e-4, label_smoothing=0.1,
@@ -168,9 +169,9 @@ def collect(spec, directory, wall_seconds):
         with open(os.path.join(directory, "result.json")) as f:
             return dict(spec, **json.load(f),
                         wall_seconds=round(wall_seconds, 1))
-    with open(os.path.join(directory, "summary.json")) as f:
+    with open(os.path.join(directory, layout.SUMMARY)) as f:
         summary = json.load(f)
-    with open(os.path.join(directory, "history.csv"), newline="") as f:
+    with open(os.path.join(directory, layout.HISTORY), newline="") as f:
         rows = list(csv.DictReader(f))
     record = dict(
         spec,
@@ -191,7 +192,7 @@ def collect(spec, directory, wall_seconds):
     if rows and "gradient_noise_scale" in rows[0]:
         record["noise_scale_per_epoch"] = [
             float(r["gradient_noise_scale"] or "nan") for r in rows]
-    evals = os.path.join(directory, "evals.csv")
+    evals = os.path.join(directory, layout.EVALS)
     if os.path.exists(evals):
         with open(evals, newline="") as f:
             record["evals"] = [[float(r["epoch"]), float(r["updates"]),

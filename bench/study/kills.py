@@ -30,6 +30,7 @@ import tempfile
 
 import bench
 from bench.core import runspec
+from keras_largebatch.train import layout
 
 EVERY = 2  # --checkpoint_every_steps: a kill loses at most this many updates
 RUN = ["--dataset=digits", "--model=resnet_cifar", "--resnet_depth=8",
@@ -132,7 +133,7 @@ def reference(setup, work_dir):
     os.makedirs(work_dir, exist_ok=True)
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(os.path.join(path, "final.keras")):
+        if not os.path.exists(os.path.join(path, layout.EXPORT)):
             shutil.rmtree(path, ignore_errors=True)
             runs = job(setup, path)
             if any(code for code, _ in runs):
@@ -145,7 +146,7 @@ def identical(a, b):
     import keras
     import numpy as np
 
-    final = [keras.saving.load_model(os.path.join(d, "final.keras"))
+    final = [keras.saving.load_model(os.path.join(d, layout.EXPORT))
              for d in (a, b)]
     return all(map(np.array_equal, *(m.get_weights() for m in final)))
 
@@ -154,7 +155,8 @@ def damage(model_dir, draw):
     """Truncates to half or deletes (drawn by `draw`) the newest file of the
     run's checkpoints (`backup/`, `checkpoints/`); returns what it did."""
     files = [os.path.join(d, name) for d in (
-        os.path.join(model_dir, "backup"), os.path.join(model_dir, "checkpoints"))
+        os.path.join(model_dir, layout.BACKUP),
+        os.path.join(model_dir, layout.CHECKPOINTS))
         if os.path.isdir(d) for name in os.listdir(d)
         if not name.startswith(".")]
     if not files:

@@ -21,6 +21,7 @@ from bench.core import runspec
 from bench.core.plan import Plan
 from bench.study import kills
 from bench.study import stats
+from keras_largebatch.train import layout
 from keras_largebatch.train.recipe import rates as recipe_rates
 
 SMALL_BATCH, MICRO = 128, 256
@@ -701,7 +702,7 @@ def probe(epoch_at, batch, seed, steps=None, start=False):
     k = max(1, batch // MICRO)
     trajectory = runspec.model_dir(TRAJECTORY, "{work_dir}")
     flags = dict(init_weights=os.path.join(
-        trajectory, "checkpoints", f"epoch_{epoch_at:03d}.weights.h5"),
+        trajectory, layout.CHECKPOINTS, layout.EPOCH.format(epoch_at)),
                  end_learning_rate=rate, keep_checkpoints=0,
                  precise_bn_batches=PRECISE_BN)
     if steps:

@@ -23,6 +23,7 @@ from bench.core import pool
 from bench.core import provenance
 from bench.core import records
 from bench.core import runspec
+from keras_largebatch.train import layout
 
 
 def find(plan, key, results=records.RESULTS):
@@ -42,7 +43,7 @@ def find(plan, key, results=records.RESULTS):
 
 
 def _rows(directory):
-    path = os.path.join(directory, "history.csv")
+    path = os.path.join(directory, layout.HISTORY)
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
@@ -55,7 +56,7 @@ def rerun(spec, run, epochs, work_dir, env=None, poll=1.0, timeout=None):
     backend of its record `run`; the process is stopped once they are
     written."""
     directory = runspec.model_dir(spec, work_dir)
-    if os.path.exists(os.path.join(directory, "history.csv")):
+    if os.path.exists(os.path.join(directory, layout.HISTORY)):
         raise ValueError(f"`work_dir` already holds this run: {directory} "
                          "would be resumed, not rerun. Received: "
                          f"work_dir={work_dir!r}")

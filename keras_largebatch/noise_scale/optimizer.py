@@ -16,6 +16,7 @@ from keras import ops
 from keras_largebatch._shared import check_int
 from keras_largebatch._shared import check_number
 from keras_largebatch._shared import require
+from keras_largebatch._wrappers import chain
 from keras_largebatch.api_export import keras_largebatch_export
 from keras_largebatch.noise_scale import estimator
 from keras_largebatch.noise_scale.estimator import DEFAULT_BETA
@@ -31,11 +32,8 @@ DEFAULT_INTERVAL = 1
 def find_noise_scale_optimizer(optimizer):
     """The `NoiseScaleOptimizer` in `optimizer`'s chain of wrappers, or
     None."""
-    while optimizer is not None:
-        if isinstance(optimizer, NoiseScaleOptimizer):
-            return optimizer
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-    return None
+    return next((o for o in chain(optimizer)
+                 if isinstance(o, NoiseScaleOptimizer)), None)
 
 
 @keras_largebatch_export("keras_largebatch.NoiseScaleOptimizer")

@@ -10,6 +10,7 @@ wrappers holds.
 import keras
 
 from keras_largebatch._shared import require
+from keras_largebatch._wrappers import innermost
 
 
 def accumulating_optimizer(optimizer):
@@ -17,9 +18,7 @@ def accumulating_optimizer(optimizer):
     the innermost of a chain of wrappers (`NoiseScaleOptimizer`,
     `LossScaleOptimizer`, `LARSMixed`, `LAMBMixed`), which is handed
     unscaled gradients."""
-    while getattr(optimizer, "inner_optimizer", None) is not None:
-        optimizer = optimizer.inner_optimizer
-    return optimizer
+    return innermost(optimizer)
 
 
 def check_measurable(optimizer, strategy=None):

@@ -17,6 +17,9 @@
                     needs as arguments and knows nothing of the flags
     outputs/        what a run writes besides checkpoints: the JSON files and
                     history.csv, the callbacks, the saved model, the report
+    layout.py       the run folder: every name the command writes in
+                    `model_dir`, read by `checkpointing`, `outputs`, `run`,
+                    `config` and bench/
 
 Data flows one way: `cli` -> `run.driver` -> `config` (-> `checkpointing`
 to read a recorded run) and the rooms that build each part of the run from

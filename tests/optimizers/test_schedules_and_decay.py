@@ -69,6 +69,25 @@ def test_exclude_bias_and_norm_stops_stock_sgd_decaying_them():
             np.testing.assert_array_equal(value, 1.0, err_msg=v.path)
 
 
+@pytest.mark.parametrize("wrap", [
+    keras.optimizers.LossScaleOptimizer,
+    lambda o: klb.NoiseScaleOptimizer(keras.optimizers.LossScaleOptimizer(o)),
+], ids=["loss_scale", "noise_scale_over_loss_scale"])
+def test_exclude_bias_and_norm_reaches_the_rule_under_every_wrapper(wrap):
+    model = conv_bn_model()
+    rule = keras.optimizers.SGD(0.1, weight_decay=0.5)
+    klb.exclude_bias_and_norm(wrap(rule), model)
+    variables = model.trainable_variables
+    for v in variables:
+        v.assign(keras.ops.ones(v.shape))
+    rule.apply([keras.ops.zeros(v.shape) for v in variables], variables)
+    for v in variables:
+        decayed = v.path.endswith("kernel")
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(v),
+                                   1.0 - 0.1 * 0.5 if decayed else 1.0,
+                                   rtol=1e-6, err_msg=v.path)
+
+
 def test_exclude_bias_and_norm_after_build_is_an_error():
     model = conv_bn_model()
     optimizer = keras.optimizers.AdamW(0.1)

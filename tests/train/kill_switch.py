@@ -5,8 +5,10 @@
                              would) after step S of epoch E (both from 0)
     KILL_AT_POINT=NAME[,E]   end it the same way right after the write NAME
                              (of epoch E, from 0; without E, the first)
-    TERM_AT_EPOCH_STEP=E,S   send the process SIGTERM after step S of epoch
-                             E, as a scheduler preempting it does
+    TERM_AT_EPOCH_STEP=E,S   send SIGTERM after step S of epoch E, as a
+                             scheduler preempting the process it started
+                             does: to this one, or to its supervisor (a
+                             process of a several-process JAX job)
 
 The write points (`POINTS`), in the order a run writes them:
 
@@ -27,6 +29,8 @@ import signal
 
 import keras
 
+from keras_largebatch.train.run.processes.supervisor import SUPERVISED
+
 POINTS = ("within_epoch_weights", "within_epoch_pointer", "history_row",
           "eval_row", "epoch_checkpoint", "backup_weights", "backup_metadata",
           "final_model", "summary")
@@ -42,8 +46,9 @@ def install():
         ours.append(_AtStep(at, lambda: os._exit(9)))
     if os.environ.get("TERM_AT_EPOCH_STEP"):
         at = tuple(map(int, os.environ["TERM_AT_EPOCH_STEP"].split(",")))
-        ours.append(_AtStep(
-            at, lambda: os.kill(os.getpid(), signal.SIGTERM)))
+        started = (os.getppid() if os.environ.get(SUPERVISED)
+                   else os.getpid())
+        ours.append(_AtStep(at, lambda: os.kill(started, signal.SIGTERM)))
     if os.environ.get("KILL_AT_POINT"):
         name, *epoch = os.environ["KILL_AT_POINT"].split(",")
         _wrap_point(name, int(epoch[0]) if epoch else None)
@@ -75,22 +80,23 @@ def _wrap_point(name, epoch):
     """Makes the writer of the point `name` end the process right after
     it writes, in epoch `epoch` (None: the first time)."""
     from keras_largebatch.train import checkpointing
+    from keras_largebatch.train import layout
     from keras_largebatch.train.checkpointing import files
-    from keras_largebatch.train.checkpointing import names
     from keras_largebatch.train.outputs import callbacks
     from keras_largebatch.train.outputs import report
 
     epoch_weights = re.compile(r"epoch_\d+\.weights\.h5").fullmatch
     # point: (owner, function, the argument naming the file, its test)
     writers = {
-        "within_epoch_weights": (files, "save", 1, names.WEIGHTS_RE.fullmatch),
-        "within_epoch_pointer": (files, "save_json", 0, names.POINTER.__eq__),
+        "within_epoch_weights": (files, "save", 1,
+                                 layout.WEIGHTS_RE.fullmatch),
+        "within_epoch_pointer": (files, "save_json", 0, layout.POINTER.__eq__),
         "history_row": (keras.callbacks.CSVLogger, "on_epoch_end", 0, None),
         "eval_row": (callbacks.WithinEpochEvals, "on_epoch_end", 0, None),
         "epoch_checkpoint": (files, "save", 1, epoch_weights),
-        "backup_weights": (files, "save", 1, names.STAGED_RE.fullmatch),
+        "backup_weights": (files, "save", 1, layout.STAGED_RE.fullmatch),
         "backup_metadata": (files, "save_json", 0,
-                            names.BACKUP_METADATA.__eq__),
+                            layout.BACKUP_METADATA.__eq__),
         "final_model": (checkpointing, "save_final", 0, None),
         "summary": (report, "write_json", 0, "summary.json".__eq__),
     }

@@ -118,7 +118,9 @@ def test_bad_input_exits_2_with_one_line_and_leaves_model_dir_alone(
     ("--warmup_epochs=-0.5", "`warmup_epochs` must be a float >= 0"),
     ("--eta=0", "`eta` must be a float > 0"),
     ("--label_smoothing=1", "`label_smoothing` must be a float in [0, 1)"),
-    ("--num_classes=1", "`num_classes` must be 0 (inferred) or at least 2"),
+    ("--num_classes=1", "`num_classes` must be 0 (inferred) or 2 to 100,000"),
+    ("--num_classes=100001",
+     "`num_classes` must be 0 (inferred) or 2 to 100,000"),
 ])
 def test_out_of_range_flag_exits_2_naming_it_and_its_value(
         flag, shown, tmp_path, capsys):

@@ -1,9 +1,11 @@
-"""A run's checkpoints, in one package (file names: `names.py`).
+"""A run's checkpoints, in one package (file names: `train/layout.py`).
 
-    check_model_dir(model_dir, run_config, train)  -> resume.Resume or None
-        a writable folder (`disk.py`); resuming, the flags compared
-        (`resume.py`) and the newest checkpoint that loads whole chosen
-        (`restore.py`), before data and model are built
+    check_model_dir(model_dir, run_config, recorded, train)
+                                -> resume.Resume or None
+        a writable folder (`disk.py`); resuming, the flags compared with
+        the run `recorded` there (`resume.py`, read once by the caller)
+        and the newest checkpoint that loads whole chosen (`restore.py`),
+        before data and model are built
     lock.acquire(model_dir)     the run folder's one writer (`lock.py`),
                                 taken before anything is written
     tidy(model_dir)             removes what a killed run left (temporaries,
@@ -28,8 +30,8 @@ import json
 import os
 
 from keras_largebatch._shared import atomic_path
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import files
-from keras_largebatch.train.checkpointing import names
 from keras_largebatch.train.checkpointing.backup import Backup
 from keras_largebatch.train.checkpointing.disk import OutputError
 from keras_largebatch.train.checkpointing.epochs import EpochCheckpoints
@@ -45,30 +47,30 @@ def tidy(model_dir, finished_epochs=None):
     """Removes temporaries and staged backups a kill left in `model_dir`,
     its `backup/` and `checkpoints/` (the staged backup the metadata names
     is kept: it is the backup), and resuming after `finished_epochs`, the
-    rows of history.csv of the epochs it replays (there are some where a
-    damaged checkpoint was skipped for an older one). Returns the paths
-    removed."""
-    backup = os.path.join(model_dir, names.BACKUP)
+    rows of the epochs it replays from each file of `layout.EPOCH_ROWS`
+    (there are some where a damaged checkpoint was skipped for an older
+    one). Returns the paths removed."""
+    backup = os.path.join(model_dir, layout.BACKUP)
     pending = None
     try:
-        with open(os.path.join(backup, names.BACKUP_METADATA)) as f:
+        with open(os.path.join(backup, layout.BACKUP_METADATA)) as f:
             pending = json.load(f).get("staged")
     except (OSError, ValueError, AttributeError):
         pass
     removed = []
     for folder in (model_dir, backup,
-                   os.path.join(model_dir, names.CHECKPOINTS)):
+                   os.path.join(model_dir, layout.CHECKPOINTS)):
         removed += [os.path.join(folder, name)
                     for name in files.tidy(folder, pending)]
     if finished_epochs is not None:
-        _trim_history(os.path.join(model_dir, "history.csv"),
-                      finished_epochs)
+        for name in layout.EPOCH_ROWS:
+            _trim_epochs(os.path.join(model_dir, name), finished_epochs)
     return removed
 
 
-def _trim_history(path, epochs):
-    """Keeps the rows of history.csv (Keras' `CSVLogger`) of the first
-    `epochs` epochs."""
+def _trim_epochs(path, epochs):
+    """Keeps the rows of the CSV file `path` (as Keras' `CSVLogger` writes
+    it: an `epoch` column from 0) of the first `epochs` epochs."""
     if not os.path.exists(path):
         return
     with open(path, newline="") as f:

@@ -4,8 +4,8 @@ import os
 
 import keras
 
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import files
-from keras_largebatch.train.checkpointing import names
 
 
 class Backup(keras.callbacks.BackupAndRestore):
@@ -43,9 +43,9 @@ class Backup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         os.makedirs(self.save_dir, exist_ok=True)
-        staged = names.STAGED.format(self._current_epoch)
+        staged = layout.STAGED.format(self._current_epoch)
         written = files.save(self.model, os.path.join(self.save_dir, staged))
-        files.save_json(os.path.join(self.save_dir, names.BACKUP_METADATA), {
+        files.save_json(os.path.join(self.save_dir, layout.BACKUP_METADATA), {
             "epoch": self._current_epoch,
             "batch": self._last_batch_seen,
             "seed_states": [s.numpy().tolist()
@@ -54,7 +54,7 @@ class Backup(keras.callbacks.BackupAndRestore):
             "written": written,
         })
         os.replace(os.path.join(self.save_dir, staged),
-                   os.path.join(self.save_dir, names.BACKUP_WEIGHTS))
+                   os.path.join(self.save_dir, layout.BACKUP_WEIGHTS))
         files.tidy(self.save_dir)
 
     def _load_model(self):
@@ -71,7 +71,7 @@ class Backup(keras.callbacks.BackupAndRestore):
             model.load_weights(staged)
         except FileNotFoundError:
             model.load_weights(os.path.join(self.backup_dir,
-                                            names.BACKUP_WEIGHTS))
+                                            layout.BACKUP_WEIGHTS))
         model._initial_epoch = start.epoch
         restore_seed_states(model, start.seed_states)
 

@@ -13,8 +13,8 @@ import os
 import shutil
 import tempfile
 
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import files
-from keras_largebatch.train.checkpointing import names
 
 
 class OutputError(ValueError):
@@ -36,8 +36,8 @@ def check_model_dir(model_dir):
         raise OutputError(
             f"`model_dir` lies under {ancestor!r}, which is not a directory. "
             f"Received: model_dir={model_dir!r}")
-    for folder in (ancestor, os.path.join(model_dir, names.BACKUP),
-                   os.path.join(model_dir, names.CHECKPOINTS)):
+    for folder in (ancestor, os.path.join(model_dir, layout.BACKUP),
+                   os.path.join(model_dir, layout.CHECKPOINTS)):
         if os.path.isdir(folder):
             _probe(folder, model_dir)
 

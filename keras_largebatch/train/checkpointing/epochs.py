@@ -25,9 +25,9 @@ import keras
 
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import check_int
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import files
-from keras_largebatch.train.checkpointing import names
-from keras_largebatch.train.checkpointing.names import epoch_of
+from keras_largebatch.train.layout import epoch_of
 
 
 def weights_only(model):
@@ -81,7 +81,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self.keep:
             return
-        name = names.EPOCH.format(epoch + 1)
+        name = layout.EPOCH.format(epoch + 1)
         save_weights(self.model, os.path.join(self.folder, name))
         prune(self.folder, self.keep)
 
@@ -90,7 +90,7 @@ def epoch_checkpoints(folder):
     """The epoch checkpoints in `folder` (both formats), oldest first."""
     found = [os.path.join(folder, name) for name in (
         os.listdir(folder) if os.path.isdir(folder) else ())
-        if names.EPOCH_RE.fullmatch(name)]
+        if layout.EPOCH_RE.fullmatch(name)]
     return sorted(found, key=lambda p: (epoch_of(p), p.endswith(".keras")))
 
 
@@ -109,13 +109,13 @@ def save_final(save, folder, model_dir, epoch, keep=2):
     With `keep` 0, or where the file system has no hard links, `final.keras`
     is a file of its own.
     """
-    export = os.path.join(model_dir, names.EXPORT)
+    export = os.path.join(model_dir, layout.EXPORT)
     if not keep:
         save(export)
         return
-    final = os.path.join(folder, names.FINAL.format(epoch))
+    final = os.path.join(folder, layout.FINAL.format(epoch))
     save(final)
-    weights = os.path.join(folder, names.EPOCH.format(epoch))
+    weights = os.path.join(folder, layout.EPOCH.format(epoch))
     if os.path.exists(weights):
         os.remove(weights)
     prune(folder, keep)
@@ -135,8 +135,8 @@ def save_final(save, folder, model_dir, epoch, keep=2):
 def latest(model_dir):
     """The newest checkpoint of the run in `model_dir`: its newest epoch
     checkpoint, else `final.keras`, else None."""
-    found = epoch_checkpoints(os.path.join(model_dir, names.CHECKPOINTS))
+    found = epoch_checkpoints(os.path.join(model_dir, layout.CHECKPOINTS))
     if found:
         return found[-1]
-    export = os.path.join(model_dir, names.EXPORT)
+    export = os.path.join(model_dir, layout.EXPORT)
     return export if os.path.exists(export) else None

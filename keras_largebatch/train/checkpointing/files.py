@@ -24,7 +24,8 @@ from keras import ops
 
 from keras_largebatch._shared import atomic_path
 from keras_largebatch._shared import write_json
-from keras_largebatch.train.checkpointing import names
+from keras_largebatch._wrappers import chain
+from keras_largebatch.train import layout
 
 # HDF5's own structures beside the variables' bytes, with a margin.
 OVERHEAD = 1.1
@@ -55,17 +56,10 @@ def nonfinite_variables(model):
     return [v.path for v, ok in zip(floats, finite) if not ok]
 
 
-def _chain(optimizer):
-    """`optimizer` and the optimizers it wraps, outermost first."""
-    while optimizer is not None:
-        yield optimizer
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-
-
 def loss_scales(optimizer):
     """The dynamic loss scales of the loss-scaling optimizers in the
     chain (`LARSMixed`, `LAMBMixed`)."""
-    return [o.dynamic_scale for o in _chain(optimizer)
+    return [o.dynamic_scale for o in chain(optimizer)
             if getattr(o, "dynamic_scale", None) is not None]
 
 
@@ -215,8 +209,8 @@ def tidy(folder, pending=None):
     if not os.path.isdir(folder):
         return removed
     for name in sorted(os.listdir(folder)):
-        litter = names.TEMPORARY_RE.fullmatch(name) or (
-            names.STAGED_RE.fullmatch(name) and name != pending)
+        litter = layout.TEMPORARY_RE.fullmatch(name) or (
+            layout.STAGED_RE.fullmatch(name) and name != pending)
         path = os.path.join(folder, name)
         if litter and os.path.isfile(path) and not os.path.islink(path):
             os.remove(path)

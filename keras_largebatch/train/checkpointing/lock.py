@@ -30,8 +30,8 @@ import json
 import os
 import socket
 
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import disk
-from keras_largebatch.train.checkpointing import names
 
 # flock's errors where the file system has no locks (not a held lock).
 UNSUPPORTED = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
@@ -61,7 +61,7 @@ class RunLock:
         if self.file is None:
             return
         with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(self.model_dir, names.LOCK))
+            os.remove(os.path.join(self.model_dir, layout.LOCK))
         self.file.close()
         self.file = None
         if remove_if_empty and self.created:
@@ -77,7 +77,7 @@ def acquire(model_dir):
     disk.check_model_dir(model_dir)
     created = not os.path.isdir(model_dir)
     os.makedirs(model_dir, exist_ok=True)
-    path = os.path.join(model_dir, names.LOCK)
+    path = os.path.join(model_dir, layout.LOCK)
     while True:
         file = open(path, "a+")
         try:

@@ -19,8 +19,8 @@ import dataclasses
 import json
 import os
 
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import files
-from keras_largebatch.train.checkpointing import names
 from keras_largebatch.train.checkpointing.within_epoch import Position
 
 
@@ -61,7 +61,7 @@ def choose(model_dir):
     none loads, so the run starts over from its seed (what it replays is
     the uninterrupted run); raises `NoCheckpoint` where an epoch had
     finished and nothing of it loads."""
-    folder = os.path.join(model_dir, names.BACKUP)
+    folder = os.path.join(model_dir, layout.BACKUP)
     backup, backup_why = _backup(folder)
     within, within_why = _within(folder)
     skipped = []
@@ -85,7 +85,7 @@ def choose(model_dir):
         raise NoCheckpoint(
             f"no checkpoint in {folder} loads whole ({'; '.join(skipped)}), "
             f"and the epoch checkpoints in "
-            f"{os.path.join(model_dir, names.CHECKPOINTS)} hold no "
+            f"{os.path.join(model_dir, layout.CHECKPOINTS)} hold no "
             f"optimizer state, so the run cannot go on as it would have. "
             f"Start it again in another --model_dir (--init_weights can "
             f"begin from an epoch checkpoint), or remove {folder} to start "
@@ -95,9 +95,9 @@ def choose(model_dir):
 
 def _epochs_finished(model_dir):
     """Whether an epoch checkpoint was written (an epoch finished)."""
-    folder = os.path.join(model_dir, names.CHECKPOINTS)
+    folder = os.path.join(model_dir, layout.CHECKPOINTS)
     return os.path.isdir(folder) and any(
-        names.EPOCH_RE.fullmatch(name) for name in os.listdir(folder))
+        layout.EPOCH_RE.fullmatch(name) for name in os.listdir(folder))
 
 
 def _read(path):
@@ -126,7 +126,7 @@ def _field(saved, name, kind, path):
 
 def _weights(folder, saved, path, key):
     name = saved.get(key)
-    if not names.plain(name):
+    if not layout.plain(name):
         raise ValueError(f"{os.path.basename(path)} names {name!r}, not a "
                          f"file in {folder}")
     return os.path.join(folder, name)
@@ -135,12 +135,12 @@ def _weights(folder, saved, path, key):
 def _backup(folder):
     """(`Start` of the epoch backup or None, (why, its epoch or None) or
     None)."""
-    path = os.path.join(folder, names.BACKUP_METADATA)
+    path = os.path.join(folder, layout.BACKUP_METADATA)
     saved, why = _read(path)
-    latest = os.path.join(folder, names.BACKUP_WEIGHTS)
+    latest = os.path.join(folder, layout.BACKUP_WEIGHTS)
     if saved is None:
         if why is None and os.path.exists(latest):
-            why = f"{names.BACKUP_WEIGHTS} has no {names.BACKUP_METADATA}"
+            why = f"{layout.BACKUP_WEIGHTS} has no {layout.BACKUP_METADATA}"
         return None, why and (f"the epoch backup: {why}", None)
     epoch = saved.get("epoch") if isinstance(saved.get("epoch"), int) else None
     try:
@@ -163,7 +163,7 @@ def _backup(folder):
 def _within(folder):
     """(`Start` within an epoch or None, (why, its epoch or None) or
     None)."""
-    path = os.path.join(folder, names.POINTER)
+    path = os.path.join(folder, layout.POINTER)
     saved, why = _read(path)
     if saved is None:
         return None, why and (why, None)

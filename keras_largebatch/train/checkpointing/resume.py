@@ -19,8 +19,10 @@ rates before and after.
 recorded in `epochs_raised.json`, and the latest raise is the number of
 epochs a later resume is checked against.
 
-A run recorded by an older version is read through the caller's
-`upgrade` (`config.migration.upgrade`); this package knows no flag table.
+The caller reads the recorded run once (`read_run_config`, `read_raises`,
+an older version's record in today's flags through its own
+`config.migration.upgrade`: this package knows no flag table) and hands
+it in as `Recorded`.
 """
 
 import dataclasses
@@ -28,22 +30,35 @@ import json
 import os
 
 from keras_largebatch._shared import atomic_write
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import disk
-from keras_largebatch.train.checkpointing import names
 from keras_largebatch.train.checkpointing import restore
-
-RAISES_FILE = names.RAISES
 
 
 class ResumeError(ValueError):
     """A flag that differs from the run being resumed (exit code 2)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """The run recorded in a `model_dir`, read once per invocation."""
+
+    flags: dict             # run_config.json, in today's flags
+    raises: list            # the records of epochs_raised.json
+
+    @property
+    def epochs(self):
+        """The epochs the run was last set to train for: its latest raise,
+        else its flags' (None where neither says)."""
+        return (self.raises[-1]["epochs"] if self.raises
+                else self.flags.get("epochs"))
+
+
 @dataclasses.dataclass
 class Resume:
     """What resuming `model_dir` means for this invocation."""
 
-    original: dict          # run_config.json, as the first run wrote it
+    original: dict          # run_config.json, in today's flags
     epochs_before: int      # the epochs the run was last set to train for
     epochs: int             # --epochs now
     finished_epochs: int    # epochs in backup/ (0 before the first ends)
@@ -57,32 +72,38 @@ class Resume:
         return self.epochs > self.epochs_before
 
 
-def check_model_dir(model_dir, run_config, may_differ=(), upgrade=dict,
+def check_model_dir(model_dir, run_config, recorded, may_differ=(),
                     train=True):
     """Refuses a `model_dir` that is no writable folder (`disk.py`);
     returns `check`'s `Resume`, or None for a new run."""
     disk.check_model_dir(model_dir)
-    return check(model_dir, run_config, may_differ, upgrade, train)
+    return check(model_dir, run_config, recorded, may_differ, train)
 
 
-def check(model_dir, run_config, may_differ=(), upgrade=dict, train=True):
-    """Returns `Resume`, or None for a new run; raises `ResumeError`, or
-    `restore.NoCheckpoint` when `train`ing and no checkpoint loads. Where
-    a damaged checkpoint was passed over, `Resume.skipped` says so in one
-    line, for the caller to show.
+def check(model_dir, run_config, recorded, may_differ=(), train=True):
+    """Returns `Resume`, or None for a new run (`recorded` None); raises
+    `ResumeError`, or `restore.NoCheckpoint` when `train`ing and no
+    checkpoint loads. Where a damaged checkpoint was passed over,
+    `Resume.skipped` says so in one line, for the caller to show.
 
     `run_config` ({flag: value}, as run_config.json records them) must
-    equal the recorded run's, read through `upgrade` (the caller's
-    migration of older records), but for the names in `may_differ`; of
-    those, `epochs` may only be raised.
+    equal the flags of the run `recorded` in `model_dir` (a `Recorded`),
+    but for the names in `may_differ`; of those, `epochs` may only be
+    raised. A run_config.json that came or went since `recorded` was read
+    (before this run took the folder's lock) is refused.
     """
-    config_path = os.path.join(model_dir, names.RUN_CONFIG)
-    if not os.path.exists(config_path):
+    path = os.path.join(model_dir, layout.RUN_CONFIG)
+    if (recorded is None) == os.path.exists(path):
+        raise ResumeError(
+            f"{path} was {'written' if recorded is None else 'removed'} "
+            "after this command read `model_dir` (by another run there?): "
+            "start it again to go on from what is there now. Received: "
+            f"model_dir={model_dir!r}")
+    if recorded is None:
         return None
-    original = upgrade(read_run_config(model_dir))
-    raises = read_raises(model_dir)
-    epochs_before = (raises[-1]["epochs"] if raises
-                     else original.get("epochs", run_config["epochs"]))
+    original, raises = recorded.flags, recorded.raises
+    epochs_before = (run_config["epochs"] if recorded.epochs is None
+                     else recorded.epochs)
     _refuse_changes(original, run_config, may_differ)
     epochs = run_config["epochs"]
     if epochs < epochs_before:
@@ -122,7 +143,7 @@ def record_raise(model_dir, resume, message):
     """Appends this raise of `--epochs` to `epochs_raised.json`."""
     entry = {"epochs": resume.epochs, "from_epochs": resume.epochs_before,
              "at_epoch": resume.finished_epochs, "schedule": message}
-    atomic_write(os.path.join(model_dir, RAISES_FILE),
+    atomic_write(os.path.join(model_dir, layout.RAISES),
                  json.dumps(resume.raises + [entry], indent=2,
                             sort_keys=True) + "\n")
 
@@ -135,7 +156,7 @@ def read_run_config(model_dir):
     """The flags in `model_dir`'s run_config.json: a JSON object holding
     `REQUIRED`; else a `ResumeError` naming the file (damaged, truncated,
     `{}`), so that no run is resumed against it."""
-    path = os.path.join(model_dir, names.RUN_CONFIG)
+    path = os.path.join(model_dir, layout.RUN_CONFIG)
     config = _load(path)
     if not isinstance(config, dict):
         raise _damaged(path, model_dir, "not a JSON object of the run's "
@@ -149,7 +170,7 @@ def read_run_config(model_dir):
 def read_raises(model_dir):
     """The records of `model_dir`'s epochs_raised.json ([] where there is
     none); a `ResumeError` naming it where it is damaged."""
-    path = os.path.join(model_dir, RAISES_FILE)
+    path = os.path.join(model_dir, layout.RAISES)
     if not os.path.exists(path):
         return []
     raises = _load(path)

@@ -36,9 +36,9 @@ import os
 import keras
 import numpy as np
 
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import backup
 from keras_largebatch.train.checkpointing import files
-from keras_largebatch.train.checkpointing import names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +216,7 @@ class StepCheckpoints(keras.callbacks.Callback):
     def _save(self, micro):
         model = self.model
         os.makedirs(self.save_dir, exist_ok=True)
-        name = names.WEIGHTS.format(self._epoch + 1, self.step)
+        name = layout.WEIGHTS.format(self._epoch + 1, self.step)
         written = files.save(model, os.path.join(self.save_dir, name))
         data = {}
         if self.data is not None:
@@ -224,7 +224,7 @@ class StepCheckpoints(keras.callbacks.Callback):
                     "start_epoch": self.data.start_epoch}
         pending = (self.adaptive.state.pending_accumulation_steps
                    if self.adaptive is not None else None)
-        files.save_json(os.path.join(self.save_dir, names.POINTER), {
+        files.save_json(os.path.join(self.save_dir, layout.POINTER), {
             "epoch": self._epoch, "step": self.step, "micro_batches": micro,
             "data": data, "pending_accumulation_steps": pending,
             "seed_states": [s.numpy().tolist()
@@ -240,5 +240,5 @@ class StepCheckpoints(keras.callbacks.Callback):
         if not os.path.isdir(self.save_dir):
             return
         for name in os.listdir(self.save_dir):
-            if names.WEIGHTS_RE.fullmatch(name) and name != keep:
+            if layout.WEIGHTS_RE.fullmatch(name) and name != keep:
                 os.remove(os.path.join(self.save_dir, name))

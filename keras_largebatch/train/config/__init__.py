@@ -5,8 +5,9 @@ defines.
 resume rules; the one source of every default), `run_config` (the frozen,
 typed `RunConfig`, a part per group, its fields written out and their
 defaults read from the table), `rules` (the checks of the values, alone
-and together), `load` (the command line read once; `resolve`, the one
-order of precedence: default < the recorded run < the command line),
+and together), `load` (the command line and the run recorded in
+`model_dir`, each read once; `resolve`, the one order of precedence:
+default < the recorded run < the command line),
 `migration` (runs recorded by older versions, in today's flags),
 `batch_schedule` (`--batch_schedule`'s grammar) and `help` (`--help` and
 the table of docs/training.md:

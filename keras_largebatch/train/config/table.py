@@ -46,7 +46,9 @@ RESNET_DEPTH = (lambda x: x >= 8 and (x - 2) % 6 == 0,
                 "6n + 2 with n >= 1 (8, 14, 20, ...)")
 VERBOSITY = (lambda x: x in (0, 1, 2), "0, 1 or 2")
 # One class is learnt trivially (accuracy 1.0 says nothing); 0 infers.
-NUM_CLASSES = (lambda x: x != 1, "0 (inferred) or at least 2")
+MAX_NUM_CLASSES = 100_000  # Why: --num_classes' help.
+NUM_CLASSES = (lambda x: x != 1 and x <= MAX_NUM_CLASSES,
+               f"0 (inferred) or 2 to {MAX_NUM_CLASSES:,}")
 MAX_IMAGE_SIZE = 1024  # Why: --image_size's help.
 IMAGE_SIZE = (lambda x: x <= MAX_IMAGE_SIZE, f"at most {MAX_IMAGE_SIZE}")
 
@@ -156,7 +158,10 @@ TABLE = (
          group='data', values=('auto', 'tf_data', 'grain')),
     Flag('num_classes', 'integer', 0,
         'Classes for tfrecord (default 1000) and synthetic (default 10), at '
-        'least 2; inferred elsewhere.',
+        f'least 2 and at most {MAX_NUM_CLASSES:,}; inferred elsewhere. The '
+        "cap, over 4x ImageNet-21k's 21,841, is checked before anything is "
+        "allocated: ResNet-50's head at 100,000 classes is 205M weights, "
+        '2.5 GB with its gradient and momentum in float32.',
          group='data', minimum=0, valid=NUM_CLASSES),
     Flag('num_train_examples', 'integer', 0,
         'tfrecord: training examples (steps per epoch); 0: from index.json '

@@ -1,25 +1,7 @@
-"""What a run leaves in `model_dir`, each file written atomically.
-
-    summary.json            model, dataset, global_batch_size, epochs,
-                            val_accuracy, images_per_sec, wall_seconds, ...
-    learning_curves.png     loss and accuracy per epoch (train, validation)
-    history.csv             one row per epoch, kept across resumed runs
-    evals.csv               with --evals_per_epoch > 1: the validation
-                            accuracy within each epoch (`WithinEpochEvals`)
-    run_config.json         the flags of the first run (checked when resuming)
-    epochs_raised.json      each later raise of --epochs
-                            (see `checkpointing/resume.py`)
-    checkpoints/, final.keras, backup/
-                            the checkpoints (`checkpointing/`: the epoch
-                            backup, within epochs, the epoch checkpoints
-                            and the final model, which takes the data
-                            set's own images: `exported.save_keras`)
-    run.lock                the lock a running run holds, and who it is
-                            (`checkpointing/lock.py`)
-    tensorboard/            train/ and validation/ scalars per epoch: loss,
-                            accuracy (top5_accuracy), learning_rate,
-                            loss_scale, images_per_sec
-    eval.json               written by --mode=eval (see `run/evaluate.py`)
+"""What a run writes in `model_dir` besides its checkpoints: its records
+(the summary, a row per epoch, the evaluations within epochs), the
+learning curves, TensorBoard scalars and the `.keras` files (each file's
+name, and what it holds: `train/layout.py`).
 
 Nothing is written before every input has been checked; each file is
 written to a temporary name in the same folder and renamed over the old

@@ -7,6 +7,7 @@ import csv
 import os
 
 from keras_largebatch._shared import atomic_path
+from keras_largebatch.train import layout
 
 
 def read_history(out_dir, history=None):
@@ -14,7 +15,7 @@ def read_history(out_dir, history=None):
     [float, ...]}: `out_dir`'s history.csv (`CSVLogger`) where this
     process writes it, else this invocation's `history` (a Keras
     `History`; {} without one)."""
-    csv_path = os.path.join(out_dir, "history.csv")
+    csv_path = os.path.join(out_dir, layout.HISTORY)
     found = {}
     if os.path.exists(csv_path):
         with open(csv_path, newline="") as f:

@@ -24,6 +24,7 @@ from keras_largebatch._shared import check_int
 from keras_largebatch._shared import write_json
 from keras_largebatch.train import PROG
 from keras_largebatch.train import checkpointing
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.outputs import exported
 from keras_largebatch.train.outputs import files
@@ -42,8 +43,7 @@ def begin(run, out_dir):
     if not run.devices.chief:
         return
     if not run.resuming:
-        write_json(os.path.join(out_dir, "run_config.json"),
-                           run.recorded)
+        write_json(os.path.join(out_dir, layout.RUN_CONFIG), run.recorded)
     elif run.resuming.raised:
         print(f"{PROG}: {run.schedule.raise_message}")
         resume.record_raise(out_dir, run.resuming,
@@ -60,10 +60,10 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     """
     checkpointing.save_final(
         functools.partial(exported.save_keras, run.model, run.spec),
-        os.path.join(out_dir, "checkpoints"), out_dir,
+        os.path.join(out_dir, layout.CHECKPOINTS), out_dir,
         run.initial_epoch + len(history.epoch),
         config.runtime.keep_checkpoints)
-    summary_path = os.path.join(out_dir, "summary.json")
+    summary_path = os.path.join(out_dir, layout.SUMMARY)
     previous = {}
     if run.resuming and os.path.exists(summary_path):
         with open(summary_path, "rb") as f:
@@ -85,7 +85,7 @@ def finish(config, run, out_dir, history, val_metrics, throughput, start):
     if run.devices.chief:
         files.plot_learning_curves(
             logs,
-            os.path.join(out_dir, "learning_curves.png"),
+            os.path.join(out_dir, layout.CURVES),
             f"{config.network.model} on {config.data.dataset}, batch "
             f"{config.training.global_batch_size}, "
             f"{config.optimization.optimizer}")

@@ -12,6 +12,7 @@ import os
 from keras import ops
 
 from keras_largebatch.train import checkpointing
+from keras_largebatch.train import layout
 from keras_largebatch.train.outputs import callbacks as outputs
 from keras_largebatch.train.run import divergence
 from keras_largebatch.train.run import interrupt
@@ -19,7 +20,8 @@ from keras_largebatch.train.run import interrupt
 
 def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
               *, gradient_accumulation_steps, compression="none",
-              strategy=None, peer=False, start=None, saves_on_signal=False):
+              strategy=None, peer=False, start=None, saves_on_signal=False,
+              agreement=None):
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
@@ -35,14 +37,16 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     is on disk before the backup a resume starts from commits, so a run
     killed before it replays the epoch (rows past the resumed point are
     trimmed). Last, `interrupt.StopOnInterrupt`: after SIGINT or SIGTERM
-    it saves within the epoch (`saves_on_signal`: one process, no top-k
-    residuals) once the others have seen the step, or stops after the
-    backup at an epoch's end. A `peer` (a JAX process not the chief)
-    saves its backup into `out_dir`, restores from the chief's and
-    writes no logs or checkpoints. `start` (a `checkpointing.restore.
-    Start`, from the chief's backup) is what this run resumes from.
+    it saves within the epoch (`saves_on_signal`: no top-k residuals) at
+    the step the job's processes agree on (`agreement`, a
+    `processes.agreement` object; None: one process) once the others have
+    seen the step, or stops after the backup at an epoch's end. A `peer`
+    (a JAX process not the chief) saves its backup into `out_dir`,
+    restores from the chief's and writes no logs or checkpoints. `start`
+    (a `checkpointing.restore.Start`, from the chief's backup) is what
+    this run resumes from.
     """
-    backup = os.path.join(out_dir, "backup")
+    backup = os.path.join(out_dir, layout.BACKUP)
     within_epoch = start.position if start is not None else None
     growing = _adaptive_batch(adaptive, inputs.step_batch)
     steps = _step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
@@ -71,9 +75,10 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
         within_epoch)
     found += [
         # Its restore and the one within an epoch exclude each other.
-        checkpointing.Backup(os.path.join(runtime.model_dir, "backup")
+        checkpointing.Backup(os.path.join(runtime.model_dir, layout.BACKUP)
                              if peer else backup, backup, start),
-        interrupt.StopOnInterrupt(steps[0] if saves_on_signal else None),
+        interrupt.StopOnInterrupt(steps[0] if saves_on_signal else None,
+                                  agreement),
     ]
     return [c for c in found if c is not None]
 
@@ -94,7 +99,7 @@ def _within_epoch_evals(per_epoch, accumulation_steps, validation,
         accumulation, taken = (lambda: accumulation_steps), None
     return [outputs.WithinEpochEvals(
         validation, per_epoch,
-        out_dir and os.path.join(out_dir, "evals.csv"), accumulation,
+        out_dir and os.path.join(out_dir, layout.EVALS), accumulation,
         throughput, resumed, taken)]
 
 
@@ -162,7 +167,7 @@ def _residual_checkpoints(compression, strategy, backup_dir):
     from keras_largebatch.distribute import sparse
 
     return [sparse.residual_checkpoint_callback(
-        strategy, os.path.join(backup_dir, "topk_residuals"))]
+        strategy, os.path.join(backup_dir, layout.RESIDUALS))]
 
 
 def _precise_bn(count, inputs):
@@ -177,8 +182,8 @@ def _logs(keep_checkpoints, out_dir):
     """history.csv, the epoch checkpoints (`keep_checkpoints` kept) and
     TensorBoard (None without a writer)."""
     return [
-        outputs.HistoryCSV(os.path.join(out_dir, "history.csv")),
+        outputs.HistoryCSV(os.path.join(out_dir, layout.HISTORY)),
         checkpointing.EpochCheckpoints(
-            os.path.join(out_dir, "checkpoints"), keep_checkpoints),
-        outputs.tensorboard(os.path.join(out_dir, "tensorboard")),
+            os.path.join(out_dir, layout.CHECKPOINTS), keep_checkpoints),
+        outputs.tensorboard(os.path.join(out_dir, layout.TENSORBOARD)),
     ]

@@ -15,8 +15,9 @@ folder, a corrupt image, `--init_weights` of another architecture, a
 damaged run_config.json, a disk too small for the first checkpoint, a
 `--model_dir` another run holds: `checkpointing/lock.py`) ends the
 command with a one-line error on stderr and exit code 2. Ctrl-C (SIGINT)
-and SIGTERM save a checkpoint at the next step and end it with one line
-saying where it resumes, exit code 130 or 143 (`interrupt.py`). A run
+and SIGTERM save a checkpoint at the next step (every process of a job
+at the same one) and end it with one line saying where it resumes, exit
+code 130 or 143 (`interrupt.py`). A run
 whose loss or weights turn non-finite stops there with one line (the
 step, the rate, the loss scale, what to try) and exit code 3, its last
 finite checkpoints kept (`divergence.py`). A lost worker ends it with
@@ -25,12 +26,13 @@ disk: one line, the last complete checkpoint kept,
 `checkpointing/files.py`).
 
 This module is the driver: it has the command line parsed into one frozen
-`config.RunConfig` (`config.load.parse`, the only reader of absl's
-`FLAGS`), places the run on its devices (`placement.place`), assembles it
-(`prepare`, as Model Garden's `train_lib` does: each part built once by
-its own room from the config sections it reads), then fits (`train`) or
-evaluates (`evaluate.py`). It is the one place that holds the whole
-config. `cli.run` is the command's one door to it.
+`config.RunConfig` (`config.load.parse_run`, the only reader of absl's
+`FLAGS`, which reads the run recorded in `model_dir` once), places the
+run on its devices (`placement.place`), assembles it (`prepare`, as Model
+Garden's `train_lib` does: each part built once by its own room from the
+config sections it reads), then fits (`train`) or evaluates
+(`evaluate.py`). It is the one place that holds the whole config.
+`cli.run` is the command's one door to it.
 
     precision.set_up(runtime)                         seeds, kernels, policy
     data.load_for(data, network, seed)                -> DataSpec
@@ -58,10 +60,10 @@ from absl import flags
 from keras_largebatch.train import PROG
 from keras_largebatch.train import checkpointing
 from keras_largebatch.train import data
+from keras_largebatch.train import layout
 from keras_largebatch.train.checkpointing import disk
 from keras_largebatch.train.checkpointing import lock
 from keras_largebatch.train.config import load
-from keras_largebatch.train.config import migration
 from keras_largebatch.train.config import rules
 from keras_largebatch.train.config import table
 from keras_largebatch.train.data import grain_pipeline
@@ -79,6 +81,7 @@ from keras_largebatch.train.run import interrupt
 from keras_largebatch.train.run.placement import Devices
 from keras_largebatch.train.run.placement import barrier
 from keras_largebatch.train.run.placement import place
+from keras_largebatch.train.run.processes import agreement
 from keras_largebatch.train.run.processes import jax_cluster
 from keras_largebatch.train.run.processes import supervisor
 
@@ -123,7 +126,7 @@ def main(argv):
     start = time.perf_counter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        config = load.parse(argv)
+        config, record = load.parse_run(argv)
     except (flags.Error, ValueError) as e:
         return fail(e)
     placement, runtime = config.placement, config.runtime
@@ -135,19 +138,21 @@ def main(argv):
     held = []  # The lock on model_dir, once taken.
     try:
         with interrupt.handled(runtime.model_dir):
-            return _run(config, start, held)
+            return _run(config, record, start, held)
     except KeyboardInterrupt:
         print(f"{PROG}: {interrupt.message(runtime.model_dir)}",
               file=sys.stderr)
+        interrupt.close()
         return interrupt.exit_code()
     finally:
         for lock in held:  # A folder made for the lock alone goes too.
             lock.release(remove_if_empty=True)
 
 
-def _run(config, start, held):
+def _run(config, record, start, held):
     """Places, locks `model_dir` (the chief of a training run, into
-    `held`), prepares and trains or evaluates; returns the exit code."""
+    `held`), prepares (resuming the run `record`ed there) and trains or
+    evaluates; returns the exit code."""
     placement, runtime = config.placement, config.runtime
     try:
         devices = place(placement)
@@ -155,7 +160,7 @@ def _run(config, start, held):
             held.append(lock.acquire(runtime.model_dir))
             if held[-1].unlocked:
                 print(f"{PROG}: {held[-1].unlocked}", file=sys.stderr)
-        built = prepare(config, devices)
+        built = prepare(config, devices, record)
         if runtime.mode == "eval":
             return evaluate.evaluate(
                 built, runtime.model_dir, config.training.epochs,
@@ -192,20 +197,21 @@ def fail(error, code=2):
     return code
 
 
-def prepare(config, devices):
+def prepare(config, devices, record):
     """Builds data, schedule, model and optimizer for the checked `config`
     (a `config.RunConfig`) on `devices`, each part once, by its own room,
     from the config sections it reads; checks what needs the data or the
-    devices (no writes). Returns a `Run`."""
+    devices, and `config` against the run `record`ed in `model_dir`
+    (`load.parse_run`'s; no writes). Returns a `Run`."""
     runtime, training = config.runtime, config.training
     resolved = precision.set_up(runtime)
     spec = data.load_for(config.data, config.network, runtime.seed)
     recorded = dict(config.recorded(), image_size=spec.image_size,
                     num_classes=spec.num_classes)
     resuming = checkpointing.check_model_dir(
-        runtime.model_dir, recorded,
+        runtime.model_dir, recorded, record,
         may_differ=table.FREE + table.RAISABLE,
-        upgrade=migration.upgrade, train=runtime.mode == "train")
+        train=runtime.mode == "train")
     if resuming is not None and resuming.skipped:
         print(f"{PROG}: {resuming.skipped}")
     # Every process has read `model_dir` before the chief writes there.
@@ -216,7 +222,7 @@ def prepare(config, devices):
                          config.evaluation.precise_bn_batches, initial_epoch,
                          resuming.within_epoch if resuming else None,
                          resumable=(runtime.checkpoint_every_steps > 0
-                                    or saves_on_signal(config, devices)))
+                                    or saves_on_signal(config)))
     schedule = rates.plan(config.learning_rate, training,
                           config.optimization.optimizer,
                           inputs.steps_per_epoch, resuming)
@@ -243,7 +249,7 @@ def train(config, run, start):
     peer = devices.process_count > 1 and not devices.chief
     out_dir = model_dir if devices.chief else (
         tempfile.mkdtemp(prefix=f"{PROG}-peer-") if peer
-        else os.path.join(model_dir, f"worker_{devices.task}"))
+        else os.path.join(model_dir, layout.WORKER.format(devices.task)))
     try:
         return _train(config, run, start, out_dir, peer)
     except divergence.Diverged as e:
@@ -260,7 +266,7 @@ def train(config, run, start):
 
 
 def _train(config, run, start, out_dir, peer):
-    os.makedirs(os.path.join(out_dir, "checkpoints"), exist_ok=True)
+    os.makedirs(os.path.join(out_dir, layout.CHECKPOINTS), exist_ok=True)
     checkpointing.tidy(out_dir, run.initial_epoch if run.resuming else None)
     report.begin(run, out_dir)
     throughput = Throughput(run.inputs.step_batch)
@@ -272,7 +278,8 @@ def _train(config, run, start, out_dir, peer):
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
         start=run.resuming.start if run.resuming else None,
-        saves_on_signal=saves_on_signal(config, run.devices))
+        saves_on_signal=saves_on_signal(config),
+        agreement=agreement.for_devices(run.devices))
     # --verbose, or a progress bar on a terminal and one line per epoch
     # otherwise (a log file gets no redrawn bars).
     verbose = config.runtime.verbose
@@ -292,13 +299,11 @@ def _train(config, run, start, out_dir, peer):
                          throughput, start)
 
 
-def saves_on_signal(config, devices):
+def saves_on_signal(config):
     """Whether a run stopped by a signal saves a checkpoint at the step it
-    stops at (`interrupt.py`): one process, one worker (several would
-    first have to agree on the step), and no top-k residuals (saved at
-    epoch ends only)."""
-    return (devices.process_count == 1 and devices.workers == 1
-            and config.placement.compression != "topk")
+    stops at (`interrupt.py`; the processes of a job agree on it): all but
+    under top-k residuals (saved at epoch ends only)."""
+    return config.placement.compression != "topk"
 
 
 def _scope(strategy):

@@ -20,6 +20,7 @@ import os
 
 from keras_largebatch._shared import write_json
 from keras_largebatch.train import PROG
+from keras_largebatch.train import layout
 from keras_largebatch.train.data import grain_pipeline
 
 
@@ -62,7 +63,7 @@ def evaluate(run, model_dir, epochs, precise_bn_batches=0):
     }
     if "top5_accuracy" in metrics:
         result["top5_accuracy"] = float(metrics["top5_accuracy"])
-    where = os.path.join(model_dir, "eval.json")
+    where = os.path.join(model_dir, layout.EVAL)
     write_json(where, result)
     print(f"{PROG}: val_accuracy={result['val_accuracy']:.4f} "
           f"({result['checkpoint']}) -> {where}")

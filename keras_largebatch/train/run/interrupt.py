@@ -21,14 +21,23 @@ process at once, with the same line. The driver catches the
 `KeyboardInterrupt` and prints the line (`message`). Every checkpoint is
 written atomically, so an interrupted save leaves the previous one whole.
 
-Where a run cannot save within an epoch (several processes or workers:
-they would first have to agree on the step; `--compression=topk`, whose
-residuals are saved at epoch ends), Ctrl-C stops it at the next batch's
-end without saving and SIGTERM at once (a launcher such as torchrun
-sends it to the processes left when one is lost, and they may wait in a
-collective for it); it resumes from its last checkpoint. Before `handled`
-(the imports, the command line) `cli.run`'s handler ends the process at
-once with one line: nothing has been written then.
+A job of several processes (JAX processes, torch's under `torchrun`,
+TensorFlow workers) stops the same way once a signal reaches any of
+them: its processes first agree on the update boundary
+(`processes.agreement`: JAX's preemption sync manager; a flag all-reduced
+at every boundary on torch and TensorFlow), all save there, wait for each
+other, and each prints the line and exits with the code of its own
+signal, or of the one the job received. A signal outside `fit` ends only
+the process it reaches (at once, nothing agreed), and the others then
+stop as they do when a process is lost; where the agreement fails (a
+collective with a lost process), a process with a signal stops at once,
+without saving.
+
+Under `--compression=topk`, whose residuals are saved at epoch ends, a
+run cannot save within an epoch: Ctrl-C stops it at the next batch's end
+without saving and SIGTERM at once; it resumes from its last epoch.
+Before `handled` (the imports, the command line) `cli.run`'s handler ends
+the process at once with one line: nothing has been written then.
 """
 
 import contextlib
@@ -39,28 +48,40 @@ import threading
 
 import keras
 
+from keras_largebatch.train.run.processes import agreement as agreements
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received = []
 # While `fit` trains: [whether the stop saves within the epoch]; the
 # callback raises.
 _in_fit = []
+# Once the job agreed to stop: [the signal that stops it, its agreement].
+_stopped = []
+
+
+def _signal():
+    """The signal this process received first, else the job's, else
+    SIGINT."""
+    if _received:
+        return _received[0]
+    return _stopped[0] if _stopped else signal.SIGINT
 
 
 def exit_code(signum=None):
     """128 + the signal received first (`signum`, default the one this
-    run received): 130 for SIGINT, 143 for SIGTERM."""
-    if signum is None:
-        signum = _received[0] if _received else signal.SIGINT
-    return 128 + int(signum)
+    run received, or the one its job stopped for): 130 for SIGINT, 143
+    for SIGTERM."""
+    return 128 + int(_signal() if signum is None else signum)
 
 
 @contextlib.contextmanager
 def handled(model_dir):
     """Within it, SIGINT and SIGTERM are recorded and raise
     `KeyboardInterrupt`: at once, or while `fit` trains at the next update
-    boundary (`StopOnInterrupt`); a second one (or, in a run that cannot
-    save within an epoch, SIGTERM) ends the process at once, with
-    `message(model_dir)`. The handlers before it are put back after it."""
+    boundary the job agrees on (`StopOnInterrupt`); a second one (or, in a
+    run that cannot save within an epoch, SIGTERM) ends the process at
+    once, with `message(model_dir)`. The handlers before it are put back
+    after it, and a job that agreed to stop is left (`close`)."""
     def handler(signum, frame):
         _received.append(signum)
         if len(_received) > 1 or (
@@ -71,6 +92,7 @@ def handled(model_dir):
 
     _received.clear()
     _in_fit.clear()
+    _stopped.clear()
     if threading.current_thread() is not threading.main_thread():
         yield  # Signals reach the main thread only.
         return
@@ -81,6 +103,15 @@ def handled(model_dir):
         _in_fit.clear()
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def close():
+    """After the line of a job that agreed to stop: leaves the job as its
+    end does (`agreement.close()`), so that no process's exit aborts
+    another's; the process exits next, whatever that raises."""
+    if _stopped:
+        with contextlib.suppress(Exception):
+            _stopped[1].close()
 
 
 def say_and_exit(line, code):
@@ -96,40 +127,75 @@ def say_and_exit(line, code):
 
 
 class StopOnInterrupt(keras.callbacks.Callback):
-    """Stops `fit` once SIGINT or SIGTERM came: at the next update
-    boundary, saving `checkpoints` (a `StepCheckpoints`) there, or after
-    the epoch's end where that boundary is its last step; without
-    `checkpoints`, at the next batch's end. The last callback of `fit`:
-    every other has seen the step, and the epoch's backup is written
-    before it stops at an epoch's end."""
+    """Stops `fit` once SIGINT or SIGTERM came: at the update boundary
+    `agreement` (a `processes.agreement` object, default `Alone`) agrees
+    on, saving `checkpoints` (a `StepCheckpoints`) there and waiting for
+    the job's other processes, or after the epoch's end where that
+    boundary is its last step; without `checkpoints`, at the next batch's
+    end. The last callback of `fit`: every other has seen the step, and
+    the epoch's backup is written before it stops at an epoch's end.
 
-    def __init__(self, checkpoints=None):
+    `agreement.stop_at` is asked at every update boundary and epoch end
+    where the agreement `polls` (several processes), else only once this
+    process has a signal."""
+
+    def __init__(self, checkpoints=None, agreement=None):
         super().__init__()
         self.checkpoints = checkpoints
+        self.agreement = agreement or agreements.Alone()
+        self._calls = 0
+        self._agreed = None
 
     def on_train_begin(self, logs=None):
         _in_fit.append(self.checkpoints is not None)
-        if _received:
+        self._calls, self._agreed = 0, None
+        if _received and not self.agreement.polls:
             self._stop()
 
     def on_train_batch_end(self, batch, logs=None):
-        if not _received:
-            return
         if self.checkpoints is None:
-            self._stop()
-        if self.checkpoints.at_update_boundary() and (
-                self.checkpoints.save_now()):
-            self._stop()
+            if _received:
+                self._stop()
+            return
+        if not (_received or self.agreement.polls):
+            return
+        if self.checkpoints.at_update_boundary() and self._agree():
+            if self.checkpoints.save_now():
+                self._stop()
+            # Else the epoch's last step: it stops after the epoch's end.
 
     def on_epoch_end(self, epoch, logs=None):
-        if _received:
+        if self.checkpoints is None:
+            if _received:
+                self._stop()
+            return
+        if self._agreed is not None or (
+                (_received or self.agreement.polls) and self._agree()):
             self._stop()
 
     def on_train_end(self, logs=None):
         _in_fit.clear()
 
+    def _agree(self):
+        """Whether the job stops at this call (the same on every process).
+        Where the agreement fails (a collective with a lost process: a
+        launcher such as torchrun signals the processes left), a process
+        with a signal stops at once, without saving."""
+        self._calls += 1
+        try:
+            self._agreed = self.agreement.stop_at(self._calls, _received)
+        except Exception as e:
+            if not _received:
+                raise
+            _in_fit.clear()
+            raise KeyboardInterrupt from e
+        return self._agreed is not None
+
     def _stop(self):
         _in_fit.clear()
+        if self._agreed is not None:
+            _stopped[:] = [self._agreed, self.agreement]
+            self.agreement.barrier()  # The chief's save is on disk.
         raise KeyboardInterrupt
 
 
@@ -140,7 +206,7 @@ def message(model_dir, signum=None):
     from keras_largebatch.train.checkpointing import restore
 
     if signum is None:
-        signum = _received[0] if _received else signal.SIGINT
+        signum = _signal()
     said = ("interrupted (Ctrl-C)" if signum == signal.SIGINT
             else f"stopped by {signal.Signals(signum).name}")
     try:

@@ -24,6 +24,7 @@ import os
 import keras
 
 from keras_largebatch import distribute
+from keras_largebatch.train.run import processes
 from keras_largebatch.train.run.processes import jax_cluster
 from keras_largebatch.train.run.processes import torch_cluster
 
@@ -154,14 +155,17 @@ def _multi_worker_strategy(placement):
 
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=placement.collective_timeout_seconds or None)
-    return distribute.MultiWorkerMirroredStrategy(
-        communication_options=options,
-        fusion_threshold_bytes=placement.fusion_threshold_bytes,
-        hierarchical_threshold_bytes=placement.hierarchical_threshold_bytes,
-        compression=placement.compression,
-        workers_per_node=placement.workers_per_node or None,
-        topk_density=placement.topk_density,
-    )
+    # Its coordination service's preemption notifier takes SIGTERM over.
+    with processes.python_sigterm():
+        return distribute.MultiWorkerMirroredStrategy(
+            communication_options=options,
+            fusion_threshold_bytes=placement.fusion_threshold_bytes,
+            hierarchical_threshold_bytes=(
+                placement.hierarchical_threshold_bytes),
+            compression=placement.compression,
+            workers_per_node=placement.workers_per_node or None,
+            topk_density=placement.topk_density,
+        )
 
 
 def barrier(backend, process_count):

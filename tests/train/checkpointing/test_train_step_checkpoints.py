@@ -1,7 +1,9 @@
 """`--checkpoint_every_steps`: a run killed within an epoch, on one process
 and across processes, resumes there and ends with an uninterrupted run's
-weights, bit for bit."""
+weights, bit for bit; so does a job of several processes stopped by
+SIGTERM to one of them, which all save at one step."""
 
+import csv
 import os
 import re
 import subprocess
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch.distribute import localhost
+from keras_largebatch.train import PROG
 
 BACKEND = keras.backend.backend()
 # The command scripts live in tests/train.
@@ -103,7 +106,14 @@ def test_checkpoints_within_epochs_refuse_evaluations_within_epochs():
     assert train_flags.BY_NAME["checkpoint_every_steps"].free
 
 
-def _jax_job(model_dir, kill=None):
+def _switches(kill, term):
+    """The kill switches of process or worker 1 (`kill_switch.py`)."""
+    return {name: value for name, value in (("KILL_AT_EPOCH_STEP", kill),
+                                            ("TERM_AT_EPOCH_STEP", term))
+            if value}
+
+
+def _jax_job(model_dir, kill=None, term=None):
     port = localhost.free_ports(1)[0]
     procs = []
     for index in range(2):
@@ -113,8 +123,9 @@ def _jax_job(model_dir, kill=None):
                    KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                    KERAS_DISTRIBUTION_PROCESS_ID=str(index))
         env.pop("KILL_AT_EPOCH_STEP", None)
-        if kill and index == 1:
-            env["KILL_AT_EPOCH_STEP"] = kill
+        env.pop("TERM_AT_EPOCH_STEP", None)
+        if index == 1:
+            env.update(_switches(kill, term))
         procs.append(subprocess.Popen(
             [sys.executable, SCRIPT, "--distribution=data_parallel", *ARGS,
              "--collective_timeout_seconds=30", f"--model_dir={model_dir}"],
@@ -126,17 +137,16 @@ def _jax_job(model_dir, kill=None):
         localhost.kill(procs)
 
 
-def _tf_job(model_dir, kill=None):
+def _tf_job(model_dir, kill=None, term=None):
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    env.pop("TF_CONFIG", None)
-    env.pop("KILL_AT_EPOCH_STEP", None)
+    for name in ("TF_CONFIG", "KILL_AT_EPOCH_STEP", "TERM_AT_EPOCH_STEP"):
+        env.pop(name, None)
     command = [sys.executable, SCRIPT, "--distribution=multi_worker", *ARGS,
                "--collective_timeout_seconds=30", f"--model_dir={model_dir}"]
     logs = [f"{model_dir}_{i}.log" for i in range(2)]
-    if kill:  # Worker 1 only.
-        command1 = ["env", f"KILL_AT_EPOCH_STEP={kill}", *command]
-    procs = localhost.start([command, command1 if kill else command],
-                            logs=logs, env=env)
+    switches = [f"{k}={v}" for k, v in _switches(kill, term).items()]
+    command1 = ["env", *switches, *command]  # Worker 1 only.
+    procs = localhost.start([command, command1], logs=logs, env=env)
     try:
         codes = [p.wait(timeout=300) for p in procs]
     finally:
@@ -148,28 +158,66 @@ def _tf_job(model_dir, kill=None):
     return list(zip(codes, out))
 
 
+# What times an invocation.
+TIMING = ("images_per_sec", "images_timed", "train_seconds_timed")
+
+
+def _history(model_dir):
+    with open(os.path.join(model_dir, "history.csv"), newline="") as f:
+        return [{k: v for k, v in row.items() if k not in TIMING}
+                for row in csv.DictReader(f)]
+
+
+@pytest.mark.multi_process
 @pytest.mark.skipif(BACKEND not in ("jax", "tensorflow"),
                     reason="two JAX processes; two TensorFlow workers")
-def test_a_process_killed_within_an_epoch_costs_at_most_the_steps_since(
+def test_a_job_killed_or_stopped_by_sigterm_within_an_epoch_resumes_there(
         tmp_path):
+    """One chain of starts (a job of two processes costs half a minute to
+    start): process 1 killed after micro-batch 4 of epoch 0 (from 0), so
+    the job resumes at epoch 1, step 4; that start stopped by SIGTERM to
+    process 1 after micro-batch 1 of epoch 1, so every process saves at
+    the step they agree on and says so; the last start resumes there and
+    ends with the uninterrupted job's weights, bit for bit. The
+    one-process tests above kill in each epoch."""
     job = _jax_job if BACKEND == "jax" else _tf_job
     whole = job(tmp_path / "whole")
     assert all(code == 0 for code, _ in whole), whole[0][1][-3000:]
-    # One kill, after micro-batch 4 of epoch 1 (from 0), resumed at epoch 2,
-    # step 4; the one-process test above kills in each epoch. A job of two
-    # processes costs half a minute to start.
-    model_dir = tmp_path / "killed"
-    killed = job(model_dir, "1,4")
+    model_dir = tmp_path / "stopped"
+    killed = job(model_dir, kill="0,4")
     assert killed[0][0] != 0, killed[0][1][-3000:]
     if BACKEND == "jax":  # Its supervisor reports the training's end.
         assert killed[1][0] == 1, killed[1][1][-3000:]
         assert "ended with exit code 9" in killed[1][1]
     else:
         assert killed[1][0] == 9, killed[1][1][-3000:]
+
+    stopped = job(model_dir, term="1,1")
+    said = []
+    for code, log in stopped:
+        assert code == 143, log[-3000:]
+        assert _resumed(log) == (1, 4)
+        ours = [line for line in log.splitlines()
+                if line.startswith(f"{PROG}: stopped")]
+        assert len(ours) == 1 and "Traceback" not in log, log[-3000:]
+        said += ours
+    # Both name the one checkpoint, within epoch 2 (from 1), at or past
+    # the 2 updates taken when the signal came: none of them is lost.
+    assert said[0] == said[1], said
+    found = re.fullmatch(
+        rf"{PROG}: stopped by SIGTERM: run the same command to resume "
+        rf"from epoch 2, step (\d) \(backup/within_epoch_002_00000\1"
+        rf"\.weights\.h5\) in {re.escape(str(model_dir))}", said[0])
+    assert found and 2 <= int(found.group(1)) < 6, said[0]
+
     again = job(model_dir)
     assert all(code == 0 for code, _ in again), again[0][1][-3000:]
-    assert _resumed(again[0][1]) == (2, 4)
+    assert _resumed(again[0][1]) == (2, int(found.group(1)))
     _assert_identical(tmp_path / "whole", model_dir)
+    # TensorFlow workers' running metrics (per-worker sums) start again at
+    # a checkpoint within an epoch (docs/training.md); JAX's are restored.
+    if BACKEND == "jax":
+        assert _history(model_dir) == _history(tmp_path / "whole")
 
 
 @pytest.mark.parametrize("killed_after", ["weights", "metadata"])

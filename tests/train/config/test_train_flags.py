@@ -13,6 +13,7 @@ import pytest
 from absl import flags as absl_flags
 
 from keras_largebatch.train.config import batch_schedule
+from keras_largebatch.train.config import load
 from keras_largebatch.train.run import callbacks as fit_callbacks
 from keras_largebatch.train import config as flags
 from keras_largebatch.train.config import migration
@@ -198,13 +199,39 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
     assert set(now) - set(json.loads(text)) == {
         "adaptive_start_multiple", "adaptive_anneal_fraction",
         "adaptive_anneal_multiple", "nesterov"}
-    raised = resume.check(str(model_dir), recorded("--epochs=2"),
-                          flags.FREE + flags.RAISABLE, migration.upgrade)
+    record = load.recorded_run(str(model_dir))
+    assert record.flags == now
+    raised = resume.check(str(model_dir), recorded("--epochs=2"), record,
+                          flags.FREE + flags.RAISABLE)
     assert (raised.epochs_before, raised.epochs, raised.raised) == (1, 2,
                                                                     True)
     with pytest.raises(resume.ResumeError, match="`momentum` differs"):
         resume.check(str(model_dir), recorded("--epochs=1", "--momentum=.8"),
-                     flags.FREE + flags.RAISABLE, migration.upgrade)
+                     record, flags.FREE + flags.RAISABLE)
+
+
+def test_resuming_compares_with_the_run_read_once_with_the_command_line(
+        tmp_path, monkeypatch):
+    """run_config.json is read once, with the command line
+    (`load.parse_run`); the resume check compares with that record and
+    refuses a run_config.json written since (by another run)."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    config, record = load.parse_run(["prog", f"--model_dir={model_dir}"])
+    assert record is None
+    now = dict(config.recorded(), image_size=67, num_classes=10)
+    write_json(str(model_dir / "run_config.json"), now)
+    with pytest.raises(resume.ResumeError, match="written after this "
+                                                 "command read"):
+        resume.check(str(model_dir), now, record)
+    reads = []
+    read = resume.read_run_config
+    monkeypatch.setattr(resume, "read_run_config",
+                        lambda folder: reads.append(folder) or read(folder))
+    config, record = load.parse_run(["prog", f"--model_dir={model_dir}"])
+    resumed = resume.check(str(model_dir), now, record, train=False)
+    assert resumed.original == record.flags == migration.upgrade(now)
+    assert reads == [str(model_dir)]
 
 
 def test_a_run_saved_before_the_groups_resumes(small, tmp_path, capsys):

@@ -1,8 +1,13 @@
 """Several processes: JAX's `keras.distribution` (`jax_cluster`), torch's
-`torchrun` (`torch_cluster`), and the supervisor that runs each JAX
-process's command in a child and names a lost one (`supervisor`)."""
+`torchrun` (`torch_cluster`), the supervisor that runs each JAX
+process's command in a child and names a lost one (`supervisor`), and
+where a job's processes agree on the step a signal stops them at
+(`agreement`)."""
 
+import contextlib
 import os
+import signal
+import threading
 
 
 def int_variables(names, why):
@@ -18,3 +23,18 @@ def int_variables(names, why):
             raise ValueError(f"`{name}` must be an int ({why}). "
                              f"Received: {name}={raw!r}") from None
     return found
+
+
+@contextlib.contextmanager
+def python_sigterm():
+    """Puts Python's SIGTERM handler back after the block: JAX's and
+    TensorFlow's coordination services start a preemption notifier that
+    takes SIGTERM over with a C handler of their own (the job's processes
+    agree on the step through `agreement` instead)."""
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if callable(ours) and (threading.current_thread()
+                               is threading.main_thread()):
+            signal.signal(signal.SIGTERM, ours)

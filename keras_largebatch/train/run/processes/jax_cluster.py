@@ -12,7 +12,9 @@ and makes the call `keras.distribution.initialize` makes,
 `jax.distributed.initialize`, adding the timeouts Keras does not pass:
 `--collective_timeout_seconds` bounds the wait for the coordinator and the
 silence after which a process counts as lost (JAX's default otherwise:
-300 s and 100 s). CPU devices talk through gloo.
+300 s and 100 s). CPU devices talk through gloo. JAX's preemption notifier
+takes SIGTERM over with a C handler of its own; `initialize` puts Python's
+back (`run.interrupt`'s; `agreement.JaxPreemption` tells the job).
 """
 
 import os
@@ -20,6 +22,7 @@ import re
 
 from keras_largebatch._shared import require
 from keras_largebatch.train.run.processes import int_variables
+from keras_largebatch.train.run.processes import python_sigterm
 
 
 def cluster():
@@ -59,7 +62,8 @@ def is_multi_process():
 
 
 def initialize(timeout_seconds=0):
-    """Joins the job of `cluster()`; returns (process index, count)."""
+    """Joins the job of `cluster()`, Python's SIGTERM handler kept;
+    returns (process index, count)."""
     coordinator, count, index = cluster()
     if count == 1:
         return 0, 1
@@ -68,10 +72,11 @@ def initialize(timeout_seconds=0):
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     timeout = int(timeout_seconds) if timeout_seconds else None
     try:
-        jax.distributed.initialize(
-            coordinator, count, index,
-            initialization_timeout=timeout or 300,
-            heartbeat_timeout_seconds=max(timeout or 100, 2))
+        with python_sigterm():
+            jax.distributed.initialize(
+                coordinator, count, index,
+                initialization_timeout=timeout or 300,
+                heartbeat_timeout_seconds=max(timeout or 100, 2))
     except Exception as e:  # The runtime's error types are internal.
         raise ValueError(join_error(timeout_seconds)) from e
     return jax.process_index(), jax.process_count()

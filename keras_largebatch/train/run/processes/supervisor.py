@@ -4,7 +4,10 @@ When a process dies, JAX's runtime ends the others by aborting them (a
 C++ stack on stderr). So each process of such a job runs the command in a
 child (`supervise`): the child's stderr goes to a log file, its own
 one-line errors are relayed, and an abnormal end becomes one line naming
-the lost process and how to resume.
+the lost process and how to resume. SIGINT and SIGTERM sent to the
+supervisor are forwarded to the child, which runs in a session of its
+own, so that a terminal's Ctrl-C reaches it once (twice would end it at
+once, `run.interrupt`).
 A TensorFlow collective's lost worker is named from the same runtime
 message (`lost_worker_message`).
 """
@@ -39,7 +42,8 @@ def supervise(argv, model_dir, timeout_seconds=0):
     child = subprocess.Popen(
         command,
         env=dict(os.environ, **{SUPERVISED: "1"}), stderr=subprocess.PIPE,
-        text=True, errors="replace", preexec_fn=_die_with_parent)
+        text=True, errors="replace", preexec_fn=_die_with_parent,
+        start_new_session=True)
     forwarded = {s: signal.signal(s, lambda s, _: child.send_signal(s))
                  for s in (signal.SIGINT, signal.SIGTERM)}
     try:
