@@ -25,26 +25,22 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
-    `config.RunConfig`; of the others it reads
-    `gradient_accumulation_steps` (the micro-batches per update, unless
-    the batch grows) and `compression` (top-k residuals, under
-    `strategy`). `inputs` is `data.Inputs`. `divergence.StopOnDivergence`
-    comes first (non-finite weights stop the run before anything saves
-    them), then `throughput` (`images_per_sec` for the rest); precise BN
-    before the logs and checkpoints, so they see its statistics. The epoch
-    backup (`checkpointing.Backup`) comes after every other writer: what
-    an epoch writes (history row, evaluations, checkpoint, TensorBoard)
-    is on disk before the backup a resume starts from commits, so a run
-    killed before it replays the epoch (rows past the resumed point are
-    trimmed). Last, `interrupt.StopOnInterrupt`: after SIGINT or SIGTERM
-    it saves within the epoch (`saves_on_signal`: no top-k residuals) at
-    the step the job's processes agree on (`agreement`, a
-    `processes.agreement` object; None: one process) once the others have
-    seen the step, or stops after the backup at an epoch's end. A `peer`
-    (a JAX process not the chief) saves its backup into `out_dir`,
-    restores from the chief's and writes no logs or checkpoints. `start`
-    (a `checkpointing.restore.Start`, from the chief's backup) is what
-    this run resumes from.
+    `config.RunConfig`; `gradient_accumulation_steps` is the micro-batches
+    per update (unless the batch grows), `compression` the top-k residuals'
+    (under `strategy`), `inputs` a `data.Inputs`. First
+    `divergence.StopOnDivergence` (non-finite weights stop the run before
+    anything saves them), then `throughput`; precise BN before the logs
+    and checkpoints. The epoch backup (`checkpointing.Backup`) after every
+    other writer: an epoch's records are on disk before the backup a
+    resume starts from commits (a run killed before it replays the epoch,
+    its stale rows trimmed). Last, `interrupt.StopOnInterrupt`: after
+    SIGINT or SIGTERM it saves within the epoch (`saves_on_signal`: no
+    top-k residuals) at the step the job's processes agree on
+    (`agreement`, a `processes.agreement` object; None: one process), or
+    stops after the backup at an epoch's end. A `peer` (a JAX process not
+    the chief) backs up into `out_dir`, restores from the chief's and
+    writes no logs or checkpoints; `start` (a `checkpointing.restore.Start`)
+    is what this run resumes from.
     """
     backup = os.path.join(out_dir, layout.BACKUP)
     within_epoch = start.position if start is not None else None
