@@ -180,9 +180,11 @@ def signature(tensors):
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-def residual_checkpoint_callback(strategy, directory):
+def residual_checkpoint_callback(strategy, directory, within=None):
     """A Keras callback that writes this worker's top-k residuals under
-    `directory` at every epoch end and restores the latest at the start of
-    `fit`: `strategy.cross_device_ops.topk.checkpoint_callback(directory)`
+    `directory` at every epoch end (and within an epoch where asked) and
+    restores the latest, or the folder `within`, at the start of `fit`:
+    `strategy.cross_device_ops.topk.checkpoint_callback(directory, within)`
     (see there)."""
-    return strategy.cross_device_ops.topk.checkpoint_callback(directory)
+    return strategy.cross_device_ops.topk.checkpoint_callback(directory,
+                                                              within)

@@ -81,7 +81,7 @@ class TopKReducer:
             for i, tensor in zip(bucket.indices, bucket.tensors)
         ]
 
-    def checkpoint_callback(self, directory):
+    def checkpoint_callback(self, directory, within=None):
         """A Keras callback that keeps this worker's residuals across
         restarts.
 
@@ -91,15 +91,22 @@ class TopKReducer:
         folder is then deleted), so a crash never leaves a half-written
         checkpoint named. At the start of `fit` it restores the latest one
         when there is one (applied as the residuals are created, on the
-        first step). Pair it with `keras.callbacks.BackupAndRestore`, which
-        resumes from the last finished epoch: the residuals then match the
-        weights.
+        first step), or the folder `within` where that names one.
+        Pair it with `keras.callbacks.BackupAndRestore`, which resumes
+        from the last finished epoch: the residuals then match the weights.
+
+        Within an epoch, `save_within(name)` writes them to
+        `directory/worker_<task>/<name>/` (names the caller gives a
+        checkpoint within an epoch); the two newest of those are kept,
+        for the checkpoint that names one may still be the older, and
+        all are deleted when `fit` ends.
         """
         import keras
 
         folder = os.path.join(directory, f"worker_{self._task_id}")
         pointer = os.path.join(folder, "latest")
         residuals = self.residuals
+        saved = []  # The folders `save_within` wrote, oldest first.
 
         class ResidualCheckpoint(keras.callbacks.Callback):
             def __init__(self):
@@ -108,12 +115,23 @@ class TopKReducer:
                 self.status = None
 
             def on_train_begin(self, logs=None):
-                if os.path.exists(pointer):
+                name = within
+                if name is None and os.path.exists(pointer):
                     with open(pointer) as f:
                         name = f.read().strip()
+                if name is not None:
                     self.status = self.checkpoint.read(
                         os.path.join(folder, name, "residuals")
                     )
+
+            def save_within(self, name):
+                os.makedirs(os.path.join(folder, name), exist_ok=True)
+                self.checkpoint.write(os.path.join(folder, name, "residuals"))
+                saved.append(name)
+                for old in saved[:-2]:
+                    shutil.rmtree(os.path.join(folder, old),
+                                  ignore_errors=True)
+                del saved[:-2]
 
             def on_epoch_end(self, epoch, logs=None):
                 name = f"epoch_{epoch + 1:03d}"
@@ -127,5 +145,11 @@ class TopKReducer:
                 if old and old != name:
                     shutil.rmtree(os.path.join(folder, old),
                                   ignore_errors=True)
+
+            def on_train_end(self, logs=None):
+                for old in saved + ([within] if within else []):
+                    shutil.rmtree(os.path.join(folder, old),
+                                  ignore_errors=True)
+                saved.clear()
 
         return ResidualCheckpoint()

@@ -39,6 +39,9 @@
                             (`checkpointing.StepCheckpoints`)
         topk_residuals/     RESIDUALS: each worker's error-feedback
                             residuals under --compression=topk
+          worker_N/         (`distribute.topk`): epoch_NNN/ and latest,
+            within_EEE_SSSSSS/  RESIDUALS_WITHIN: those of the checkpoint
+                            within an epoch of the same numbers
       worker_N/             WORKER: what TensorFlow worker N (not the
                             chief) writes, laid out as `model_dir`
 
@@ -70,6 +73,7 @@ STAGED = "staged_{:03d}.weights.h5"
 WEIGHTS = "within_epoch_{:03d}_{:06d}.weights.h5"
 POINTER = "within_epoch.json"
 RESIDUALS = "topk_residuals"
+RESIDUALS_WITHIN = "within_{:03d}_{:06d}"
 WORKER = "worker_{}"
 
 # The CSV files of one row per epoch (its `epoch` column counted from 0):

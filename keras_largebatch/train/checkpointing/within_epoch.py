@@ -77,10 +77,16 @@ class StepCheckpoints(keras.callbacks.Callback):
         adaptive: the `AdaptiveBatch` callback, or None.
         strategy: the TensorFlow strategy, or None (its metrics are
             per-worker sums, not restored).
+        residuals: the top-k residuals' callback (`distribute.sparse.
+            residual_checkpoint_callback`), or None: each checkpoint also
+            saves them (`layout.RESIDUALS_WITHIN`), then waits at
+            `barrier` until every worker has, before the pointer names it.
+        barrier: returns once every worker has called it.
     """
 
     def __init__(self, every, save_dir, steps_per_epoch, restore=None,
-                 data=None, adaptive=None, strategy=None):
+                 data=None, adaptive=None, strategy=None, residuals=None,
+                 barrier=None):
         super().__init__()
         self.every = every
         self.save_dir = save_dir
@@ -89,6 +95,8 @@ class StepCheckpoints(keras.callbacks.Callback):
         self.data = data
         self.adaptive = adaptive
         self.strategy = strategy
+        self.residuals = residuals
+        self.barrier = barrier
         self.step = 0
         self._consumed = 0
         self._offset = 0
@@ -224,6 +232,10 @@ class StepCheckpoints(keras.callbacks.Callback):
                     "start_epoch": self.data.start_epoch}
         pending = (self.adaptive.state.pending_accumulation_steps
                    if self.adaptive is not None else None)
+        if self.residuals is not None:
+            self.residuals.save_within(
+                layout.RESIDUALS_WITHIN.format(self._epoch + 1, self.step))
+            self.barrier()
         files.save_json(os.path.join(self.save_dir, layout.POINTER), {
             "epoch": self._epoch, "step": self.step, "micro_batches": micro,
             "data": data, "pending_accumulation_steps": pending,

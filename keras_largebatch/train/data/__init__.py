@@ -81,7 +81,7 @@ def load_for(data, network, seed):
 
 
 def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
-           initial_epoch=0, position=None, resumable=False):
+           initial_epoch=0, position=None):
     """The batches of `spec` for the run: `Inputs`.
 
     `data` gives the pipeline and augmentation, `training` the batch and
@@ -93,9 +93,9 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
     batch, a micro-batch under accumulation), a function of `seed` and the
     epoch only (a resumed run recomputes the same statistics).
 
-    With `resumable` (`--checkpoint_every_steps`), Grain's training data
-    is a `grain_pipeline.resumable`, whose position a checkpoint saves;
-    `position` (a `checkpointing.within_epoch.Position` within
+    Grain's training data is a `grain_pipeline.resumable`, whose position
+    a checkpoint within an epoch saves (`--checkpoint_every_steps`, a
+    signal); `position` (a `checkpointing.within_epoch.Position` within
     `initial_epoch`) starts it there: at Grain's saved iterator state, or for tf.data at
     the saved micro-batch.
 
@@ -126,7 +126,7 @@ def inputs(data, training, spec, devices, seed, precise_bn_batches=0,
     train, validation = make_train(
         seed, steps_per_epoch=training.steps_per_epoch or None,
         epochs=training.epochs, initial_epoch=first)
-    if pipeline == "grain" and (resumable or saved):
+    if pipeline == "grain":
         train = grain_pipeline.resumable(train, first,
                                          saved.get("grain_state"))
 

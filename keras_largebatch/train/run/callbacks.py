@@ -20,8 +20,7 @@ from keras_largebatch.train.run import interrupt
 
 def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
               *, gradient_accumulation_steps, compression="none",
-              strategy=None, peer=False, start=None, saves_on_signal=False,
-              agreement=None):
+              strategy=None, peer=False, start=None, agreement=None):
     """The callbacks of `fit`, in the order they see each epoch's logs.
 
     `runtime`, `adaptive` and `evaluation` are those parts of
@@ -34,10 +33,10 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     other writer: an epoch's records are on disk before the backup a
     resume starts from commits (a run killed before it replays the epoch,
     its stale rows trimmed). Last, `interrupt.StopOnInterrupt`: after
-    SIGINT or SIGTERM it saves within the epoch (`saves_on_signal`: no
-    top-k residuals) at the step the job's processes agree on
-    (`agreement`, a `processes.agreement` object; None: one process), or
-    stops after the backup at an epoch's end. A `peer` (a JAX process not
+    SIGINT or SIGTERM it saves within the epoch (the top-k residuals too)
+    at the step the job's processes agree on (`agreement`, a
+    `processes.agreement` object; None: one process), or stops after the
+    backup at an epoch's end. A `peer` (a JAX process not
     the chief) backs up into `out_dir`, restores from the chief's and
     writes no logs or checkpoints; `start` (a `checkpointing.restore.Start`)
     is what this run resumes from.
@@ -45,9 +44,11 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
     backup = os.path.join(out_dir, layout.BACKUP)
     within_epoch = start.position if start is not None else None
     growing = _adaptive_batch(adaptive, inputs.step_batch)
+    residuals = _residual_checkpoints(compression, strategy, backup,
+                                      within_epoch)
     steps = _step_checkpoints(runtime.checkpoint_every_steps, backup, inputs,
-                              within_epoch, growing, strategy,
-                              saves_on_signal)
+                              within_epoch, growing, strategy, residuals,
+                              agreement)
     found = [
         # First: it raises on non-finite weights before anything saves them.
         divergence.StopOnDivergence(within_epoch),
@@ -57,8 +58,8 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
         # is the one the noise-scale logs then read.
         *growing,
         *_noise_scale(adaptive, inputs.step_batch),
-        *steps,
-        *_residual_checkpoints(compression, strategy, backup),
+        steps,
+        *residuals,
         outputs.step_randomness(runtime.seed, within_epoch),
         *_precise_bn(evaluation.precise_bn_batches, inputs),
     ]
@@ -73,8 +74,7 @@ def callbacks(runtime, adaptive, evaluation, inputs, throughput, out_dir,
         # Its restore and the one within an epoch exclude each other.
         checkpointing.Backup(os.path.join(runtime.model_dir, layout.BACKUP)
                              if peer else backup, backup, start),
-        interrupt.StopOnInterrupt(steps[0] if saves_on_signal else None,
-                                  agreement),
+        interrupt.StopOnInterrupt(steps, agreement),
     ]
     return [c for c in found if c is not None]
 
@@ -112,17 +112,17 @@ def _updates_taken(adaptive):
 
 
 def _step_checkpoints(every, backup_dir, inputs, within_epoch, growing,
-                      strategy, saves_on_signal):
-    """`--checkpoint_every_steps` (`every`), a run resuming
-    `within_epoch`, or one that saves where a signal stops it
-    (`saves_on_signal`): the callback that saves and restores within
-    epochs."""
-    if not every and within_epoch is None and not saves_on_signal:
-        return []
+                      strategy, residuals, agreement):
+    """The callback that saves within epochs (every `every` updates, where
+    a signal stops the run) and resumes `within_epoch`, with the top-k
+    `residuals` where there are, every worker's on disk (`agreement`'s
+    barrier) before the chief's pointer names them."""
     data = inputs.train if hasattr(inputs.train, "state_at") else None
-    return [checkpointing.StepCheckpoints(
+    return checkpointing.StepCheckpoints(
         every, backup_dir, inputs.steps_per_epoch, within_epoch, data,
-        growing[0] if growing else None, strategy)]
+        growing[0] if growing else None, strategy,
+        residuals[0] if residuals else None,
+        agreement.barrier if agreement is not None else None)
 
 
 def _noise_scale(adaptive, step_batch):
@@ -154,16 +154,20 @@ def _adaptive_batch(adaptive, step_batch):
         anneal_multiple=adaptive.adaptive_anneal_multiple)]
 
 
-def _residual_checkpoints(compression, strategy, backup_dir):
+def _residual_checkpoints(compression, strategy, backup_dir, within_epoch):
     """Under `--compression=topk`, the callback that saves and restores this
     worker's error-feedback residuals at each epoch's end, beside the
-    backup (`Backup` resumes from the same epoch)."""
+    backup (`Backup` resumes from the same epoch), and with each checkpoint
+    within an epoch; a run resuming `within_epoch` (a `Position`) restores
+    those of that checkpoint."""
     if compression != "topk" or strategy is None:
         return []
     from keras_largebatch.distribute import sparse
 
+    within = within_epoch and layout.RESIDUALS_WITHIN.format(
+        within_epoch.epoch + 1, within_epoch.step)
     return [sparse.residual_checkpoint_callback(
-        strategy, os.path.join(backup_dir, layout.RESIDUALS))]
+        strategy, os.path.join(backup_dir, layout.RESIDUALS), within)]
 
 
 def _precise_bn(count, inputs):

@@ -220,9 +220,7 @@ def prepare(config, devices, record):
     initial_epoch = resuming.finished_epochs if resuming else 0
     inputs = data.inputs(config.data, training, spec, devices, runtime.seed,
                          config.evaluation.precise_bn_batches, initial_epoch,
-                         resuming.within_epoch if resuming else None,
-                         resumable=(runtime.checkpoint_every_steps > 0
-                                    or saves_on_signal(config)))
+                         resuming.within_epoch if resuming else None)
     schedule = rates.plan(config.learning_rate, training,
                           config.optimization.optimizer,
                           inputs.steps_per_epoch, resuming)
@@ -278,7 +276,6 @@ def _train(config, run, start, out_dir, peer):
         compression=config.placement.compression,
         strategy=run.devices.strategy, peer=peer,
         start=run.resuming.start if run.resuming else None,
-        saves_on_signal=saves_on_signal(config),
         agreement=agreement.for_devices(run.devices))
     # --verbose, or a progress bar on a terminal and one line per epoch
     # otherwise (a log file gets no redrawn bars).
@@ -297,13 +294,6 @@ def _train(config, run, start, out_dir, peer):
                                          return_dict=True)
     return report.finish(config, run, out_dir, history, val_metrics,
                          throughput, start)
-
-
-def saves_on_signal(config):
-    """Whether a run stopped by a signal saves a checkpoint at the step it
-    stops at (`interrupt.py`; the processes of a job agree on it): all but
-    under top-k residuals (saved at epoch ends only)."""
-    return config.placement.compression != "topk"
 
 
 def _scope(strategy):

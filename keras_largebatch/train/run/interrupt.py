@@ -33,10 +33,9 @@ stop as they do when a process is lost; where the agreement fails (a
 collective with a lost process), a process with a signal stops at once,
 without saving.
 
-Under `--compression=topk`, whose residuals are saved at epoch ends, a
-run cannot save within an epoch: Ctrl-C stops it at the next batch's end
-without saving and SIGTERM at once; it resumes from its last epoch.
-Before `handled` (the imports, the command line) `cli.run`'s handler ends
+Under `--compression=topk` each worker's checkpoint within the epoch also
+holds its error-feedback residuals, all written before the chief's
+pointer names the checkpoint. Before `handled` (the imports, the command line) `cli.run`'s handler ends
 the process at once with one line: nothing has been written then.
 """
 

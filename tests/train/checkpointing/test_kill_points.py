@@ -186,7 +186,7 @@ def test_an_epochs_backup_is_written_after_every_record_of_the_epoch(
     found = callbacks.callbacks(
         parsed.runtime, parsed.adaptive, parsed.evaluation, inputs,
         outputs.Throughput(32), str(tmp_path),
-        gradient_accumulation_steps=1, saves_on_signal=True)
+        gradient_accumulation_steps=1)
     kinds = [type(c) for c in found]
     backup = kinds.index(checkpointing.Backup)
     for writer in (outputs.HistoryCSV, checkpointing.EpochCheckpoints,

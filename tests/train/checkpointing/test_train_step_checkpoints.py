@@ -4,6 +4,7 @@ weights, bit for bit; so does a job of several processes stopped by
 SIGTERM to one of them, which all save at one step."""
 
 import csv
+import functools
 import os
 import re
 import subprocess
@@ -137,12 +138,13 @@ def _jax_job(model_dir, kill=None, term=None):
         localhost.kill(procs)
 
 
-def _tf_job(model_dir, kill=None, term=None):
+def _tf_job(model_dir, kill=None, term=None, extra=()):
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     for name in ("TF_CONFIG", "KILL_AT_EPOCH_STEP", "TERM_AT_EPOCH_STEP"):
         env.pop(name, None)
     command = [sys.executable, SCRIPT, "--distribution=multi_worker", *ARGS,
-               "--collective_timeout_seconds=30", f"--model_dir={model_dir}"]
+               *extra, "--collective_timeout_seconds=30",
+               f"--model_dir={model_dir}"]
     logs = [f"{model_dir}_{i}.log" for i in range(2)]
     switches = [f"{k}={v}" for k, v in _switches(kill, term).items()]
     command1 = ["env", *switches, *command]  # Worker 1 only.
@@ -168,19 +170,28 @@ def _history(model_dir):
                 for row in csv.DictReader(f)]
 
 
+# Top-k all-reduce with error feedback: each worker's residuals are saved
+# with every checkpoint within an epoch.
+TOPK = ("--compression=topk", "--topk_density=0.05")
+
+
 @pytest.mark.multi_process
-@pytest.mark.skipif(BACKEND not in ("jax", "tensorflow"),
-                    reason="two JAX processes; two TensorFlow workers")
+@pytest.mark.parametrize("extra", [(), TOPK], ids=["dense", "topk"])
 def test_a_job_killed_or_stopped_by_sigterm_within_an_epoch_resumes_there(
-        tmp_path):
+        extra, tmp_path):
     """One chain of starts (a job of two processes costs half a minute to
     start): process 1 killed after micro-batch 4 of epoch 0 (from 0), so
     the job resumes at epoch 1, step 4; that start stopped by SIGTERM to
     process 1 after micro-batch 1 of epoch 1, so every process saves at
     the step they agree on and says so; the last start resumes there and
-    ends with the uninterrupted job's weights, bit for bit. The
-    one-process tests above kill in each epoch."""
-    job = _jax_job if BACKEND == "jax" else _tf_job
+    ends with the uninterrupted job's weights, bit for bit: under top-k
+    compression (TensorFlow workers) with every worker's residuals
+    restored as they were. The one-process tests above kill in each
+    epoch."""
+    if BACKEND not in ("jax", "tensorflow") or (extra and BACKEND == "jax"):
+        pytest.skip("two JAX processes; two TensorFlow workers (top-k)")
+    job = functools.partial(_jax_job if BACKEND == "jax" else _tf_job,
+                            **({"extra": extra} if extra else {}))
     whole = job(tmp_path / "whole")
     assert all(code == 0 for code, _ in whole), whole[0][1][-3000:]
     model_dir = tmp_path / "stopped"

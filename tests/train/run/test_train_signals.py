@@ -42,12 +42,13 @@ def test_ctrl_c_while_the_command_imports_exits_130_in_one_line(tmp_path):
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("saves, signals", [(True, 2), (False, 1)],
-                         ids=["second_signal", "topk_residuals"])
+                         ids=["second_signal", "nothing_to_save"])
 def test_sigterm_ends_the_run_at_once_where_it_is_not_to_wait_for_the_step(
         saves, signals, tmp_path):
     """While `fit` trains, a first SIGTERM waits for the step's end where
     the run saves there; a second one ends the process there and then, and
-    so does the first where the run cannot save (`--compression=topk`)."""
+    so does the first where the run has nothing to save there (no
+    `StepCheckpoints`)."""
     script = (
         "import os, signal, time\n"
         "from keras_largebatch.train.run import interrupt\n"
