@@ -202,15 +202,6 @@ class HistoryCSV(keras.callbacks.CSVLogger):
             self.keys = header[1:] or None
 
 
-def read_evals(path):
-    """`evals.csv` as [(epoch, updates, val_accuracy), ...]; [] if absent."""
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return [(float(r["epoch"]), float(r["updates"]),
-                 float(r["val_accuracy"])) for r in csv.DictReader(f)]
-
-
 def tensorboard(log_dir):
     """The TensorBoard callback of the backend, or None with a notice.
 
