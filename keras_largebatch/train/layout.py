@@ -18,7 +18,9 @@
                             (`outputs.callbacks.WithinEpochEvals`)
       tensorboard/          TENSORBOARD: train/ and validation/ scalars per
                             epoch: loss, accuracy (top5_accuracy),
-                            learning_rate, loss_scale, images_per_sec
+                            learning_rate, loss_scale, images_per_sec;
+                            one event file an epoch, its name ending
+                            TENSORBOARD_EPOCH (`outputs.EpochTensorBoard`)
       eval.json             EVAL: written by --mode=eval (`run/evaluate.py`)
       checkpoints/          CHECKPOINTS (`checkpointing/epochs.py`)
         epoch_NNN.weights.h5  EPOCH: the weights after epoch NNN
@@ -47,7 +49,8 @@
 
 A file being written is `.tmp-PID-NAME` beside NAME (`_shared.atomic_path`);
 a kill leaves it, and the next start removes it (`checkpointing.tidy`),
-as it trims the files of `EPOCH_ROWS` to the epochs the resumed run keeps.
+as it trims the files of `EPOCH_ROWS` and the TensorBoard event files to the
+epochs the resumed run keeps.
 """
 
 import os
@@ -61,6 +64,8 @@ CURVES = "learning_curves.png"
 HISTORY = "history.csv"
 EVALS = "evals.csv"
 TENSORBOARD = "tensorboard"
+TENSORBOARD_SPLITS = ("train", "validation")
+TENSORBOARD_EPOCH = ".epoch_{:03d}"  # epoch NNN, from 1
 EVAL = "eval.json"
 CHECKPOINTS = "checkpoints"
 EPOCH = "epoch_{:03d}.weights.h5"
@@ -82,6 +87,7 @@ EPOCH_ROWS = (HISTORY,)
 
 EPOCH_RE = re.compile(r"epoch_(\d+)\.(weights\.h5|keras)")
 STAGED_RE = re.compile(r"staged_\d+\.weights\.h5")
+TENSORBOARD_EPOCH_RE = re.compile(r"events\.out\.tfevents\..*\.epoch_(\d+)")
 WEIGHTS_RE = re.compile(r"within_epoch_\d+_\d+\.weights\.h5")
 TEMPORARY_RE = re.compile(r"\.tmp-\d+-.+")
 

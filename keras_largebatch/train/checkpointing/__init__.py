@@ -49,7 +49,7 @@ def tidy(model_dir, finished_epochs=None):
     is kept: it is the backup), and resuming after `finished_epochs`, the
     rows of the epochs it replays from each file of `layout.EPOCH_ROWS`
     (there are some where a damaged checkpoint was skipped for an older
-    one). Returns the paths removed."""
+    one) and their TensorBoard event files. Returns the paths removed."""
     backup = os.path.join(model_dir, layout.BACKUP)
     pending = None
     try:
@@ -65,6 +65,22 @@ def tidy(model_dir, finished_epochs=None):
     if finished_epochs is not None:
         for name in layout.EPOCH_ROWS:
             _trim_epochs(os.path.join(model_dir, name), finished_epochs)
+        removed += _trim_tensorboard(
+            os.path.join(model_dir, layout.TENSORBOARD), finished_epochs)
+    return removed
+
+
+def _trim_tensorboard(log_dir, epochs):
+    """Removes the event files of the epochs after the first `epochs`
+    (`layout.TENSORBOARD_EPOCH`); returns their paths."""
+    removed = []
+    for split in layout.TENSORBOARD_SPLITS:
+        folder = os.path.join(log_dir, split)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+            found = layout.TENSORBOARD_EPOCH_RE.fullmatch(name)
+            if found and int(found.group(1)) > epochs:
+                os.remove(os.path.join(folder, name))
+                removed.append(os.path.join(folder, name))
     return removed
 
 

@@ -5,7 +5,6 @@
 step (`step_randomness`)."""
 
 import csv
-import importlib.util
 import os
 import time
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from keras_largebatch._shared import atomic_path
 from keras_largebatch.train import PROG
+from keras_largebatch.train import layout
 
 
 class Throughput(keras.callbacks.Callback):
@@ -203,60 +203,48 @@ class HistoryCSV(keras.callbacks.CSVLogger):
 
 
 def tensorboard(log_dir):
-    """The TensorBoard callback of the backend, or None with a notice.
-
-    On the TensorFlow backend with the `tensorboard` package, Keras'
-    `TensorBoard`; otherwise `EpochTensorBoard`, which needs tensorboardX
-    and not TensorFlow (TensorFlow does not install `tensorboard` itself).
-    """
-    if (keras.backend.backend() == "tensorflow"
-            and importlib.util.find_spec("tensorboard") is not None):
-        return keras.callbacks.TensorBoard(log_dir, write_graph=False,
-                                           profile_batch=0)
+    """`EpochTensorBoard`, or None with a notice where tensorboardX is
+    missing."""
     try:
         import tensorboardX  # noqa: F401
     except ImportError:
         print(f"{PROG}: no TensorBoard logs (`pip install "
-              "tensorboardX` for them without TensorFlow); history.csv has "
-              "every epoch's values")
+              "tensorboardX` for them); history.csv has every epoch's "
+              "values")
         return None
     return EpochTensorBoard(log_dir)
 
 
 class EpochTensorBoard(keras.callbacks.Callback):
-    """Each epoch's logs as TensorBoard scalars, without TensorFlow.
+    """Each epoch's logs as TensorBoard scalars, on every backend.
 
-    The files Keras' `TensorBoard` writes for epochs: `log_dir/train` and
+    The scalars Keras' `TensorBoard` writes for epochs: `log_dir/train` and
     `log_dir/validation` (the `val_` values), tags `epoch_<name>`, step
-    the epoch, written with tensorboardX.
+    the epoch, written with tensorboardX; each epoch's into event files of
+    its own (`layout.TENSORBOARD_EPOCH`), so that a resumed run that
+    replays an epoch first deletes that epoch's (`checkpointing.tidy`)
+    and TensorBoard shows each epoch once.
     """
 
     def __init__(self, log_dir):
         super().__init__()
         self.log_dir = log_dir
-        self._writers = {}
-
-    def _writer(self, split):
-        if split not in self._writers:
-            from tensorboardX import SummaryWriter
-
-            self._writers[split] = SummaryWriter(
-                os.path.join(self.log_dir, split))
-        return self._writers[split]
 
     def on_epoch_end(self, epoch, logs=None):
+        from tensorboardX import SummaryWriter
+
+        splits = {}
         for key, value in (logs or {}).items():
             split = "validation" if key.startswith("val_") else "train"
             name = key[4:] if split == "validation" else key
-            self._writer(split).add_scalar(f"epoch_{name}", float(value),
-                                           epoch)
-        for writer in self._writers.values():
-            writer.flush()
-
-    def on_train_end(self, logs=None):
-        for writer in self._writers.values():
-            writer.close()
-        self._writers = {}
+            splits.setdefault(split, []).append((f"epoch_{name}", value))
+        for split, scalars in splits.items():
+            with SummaryWriter(
+                    os.path.join(self.log_dir, split),
+                    filename_suffix=layout.TENSORBOARD_EPOCH.format(
+                        epoch + 1)) as writer:
+                for tag, value in scalars:
+                    writer.add_scalar(tag, float(value), epoch)
 
 
 class EpochScalars(keras.callbacks.Callback):

@@ -1,7 +1,8 @@
 """A run killed right after any of its writes, or stopped by SIGTERM, and
 started again with the same command ends with an uninterrupted run's
 records: history.csv, evals.csv, summary.json (but what times this
-invocation), the epoch checkpoints and the final weights, bit for bit.
+invocation), TensorBoard's scalars (each epoch's once), the epoch
+checkpoints and the final weights, bit for bit.
 
 One uninterrupted run per module is the reference. The kills run as one
 chain (each start killed at the next point, the last start left to end),
@@ -11,9 +12,11 @@ kill right after the checkpoint's pointer would (its save, then the exit).
 """
 
 import csv
+import glob
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -62,6 +65,30 @@ def _h5(path):
     return found
 
 
+def _scalars(log_dir):
+    """TensorBoard's scalars under `log_dir`, but what times a run: sorted
+    [(split, tag, step, value)], a point written twice listed twice. The
+    event files read as TFRecords (length, its CRC, the data, its CRC),
+    each an `Event` (tensorboardX's protocol buffers: no TensorFlow)."""
+    from tensorboardX.proto import event_pb2
+
+    found = []
+    for path in glob.glob(os.path.join(log_dir, "*", "events.out.tfevents.*")):
+        split = os.path.basename(os.path.dirname(path))
+        with open(path, "rb") as f:
+            data = f.read()
+        at = 0
+        while at < len(data):
+            length, = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(
+                data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            found += [(split, v.tag, event.step, v.simple_value)
+                      for v in event.summary.value
+                      if v.tag.removeprefix("epoch_") not in TIMING]
+    return sorted(found)
+
+
 def _records(model_dir):
     """Everything a run leaves to read, but what times it."""
     with open(os.path.join(model_dir, "history.csv"), newline="") as f:
@@ -77,7 +104,10 @@ def _records(model_dir):
               if name.endswith(".weights.h5")}
     final = keras.saving.load_model(
         os.path.join(model_dir, "final.keras")).get_weights()
-    return history, evals, summary, sorted(os.listdir(folder)), epochs, final
+    scalars = _scalars(os.path.join(model_dir, "tensorboard"))
+    assert scalars, "no TensorBoard scalars"
+    return (history, evals, summary, scalars, sorted(os.listdir(folder)),
+            epochs, final)
 
 
 def _assert_same_records(got, want):
