@@ -19,7 +19,7 @@ from bench.core import provenance
 from bench.core import runspec
 from bench.core.plan import Plan
 from bench.study import kills
-from bench.study import plans as P
+from bench.study import plans
 from bench.study import stats
 from keras_largebatch.train import layout
 from keras_largebatch.train.recipe import rates as recipe_rates
@@ -47,9 +47,9 @@ def beyond(rate, lowest, highest, low, high):
     """The rate 2x beyond a best `rate` that is its sweep's `lowest` or
     `highest`, within `DEPTH_EXTEND` doublings of the grid's `low` and
     `high`; else None."""
-    if lowest and rate > low / 2 ** P.DEPTH_EXTEND:
+    if lowest and rate > low / 2 ** plans.DEPTH_EXTEND:
         return rate / 2
-    if highest and rate < high * 2 ** P.DEPTH_EXTEND:
+    if highest and rate < high * 2 ** plans.DEPTH_EXTEND:
         return rate * 2
     return None
 
@@ -92,17 +92,17 @@ def grid(grid, **kw):
 
 def grown(variant, rate, seeds, epochs=24, optimizer="sgd"):
     """The batch grown from 128 at `rate` by `plans.GROWN[variant]`."""
-    flags, start = P.GROWN[variant]
+    flags, start = plans.GROWN[variant]
     flags = dict(flags)
     if start != 1:
         linear = flags.get("adaptive_learning_rate") == "linear"
-        flags.update(global_batch_size=P.SMALL_BATCH * start,
+        flags.update(global_batch_size=plans.SMALL_BATCH * start,
                      base_learning_rate=f"{rate * start ** (1 if linear else 0.5):g}",
                      gradient_accumulation_steps=2 * start)
-    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto", P.SMALL_BATCH,
-                                            epochs)
+    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto",
+                                            plans.SMALL_BATCH, epochs)
     return [dict(kind="grown", phase="grown", optimizer=optimizer,
-                 batch=P.SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
+                 batch=plans.SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
                  warmup_epochs=warmup, variant=variant, flags=flags)
             for seed in seeds]
 
@@ -113,14 +113,14 @@ def ramp(schedule, rate, seeds, epochs=24, optimizer="sgd", variant=None):
     along `schedule`, the rate linear in the batch (the defaults' rule for
     SGD), the recipe's warmup of the small batch as the grown runs have;
     `variant` names a ramp other than `plans.RAMP_SCHEDULE`."""
-    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto", P.SMALL_BATCH,
-                                            epochs)
+    warmup = recipe_rates.warmup_epochs_for(optimizer, "auto",
+                                            plans.SMALL_BATCH, epochs)
     flags = dict(adaptive_batch="schedule", batch_schedule=schedule,
                  adaptive_learning_rate="linear",
                  gradient_accumulation_steps=2)
     extra = {"variant": variant} if variant else {}
     return [dict(kind="ramp", phase="ramp", optimizer=optimizer,
-                 batch=P.SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
+                 batch=plans.SMALL_BATCH, rate=rate, seed=seed, epochs=epochs,
                  warmup_epochs=warmup, flags=flags, **extra)
             for seed in seeds]
 
@@ -172,9 +172,9 @@ def kill_runs(count, setups=None, fault=None):
 
 # LARS at depth (`plans.DEPTH_*`).
 def depth_rates(optimizer, batch):
-    small = P.DEPTH_OPTIMIZERS[optimizer]
-    center = (min(small * batch / P.SMALL_BATCH, 1.6) if optimizer == "sgd"
-              else small * math.sqrt(batch / P.SMALL_BATCH))
+    small = plans.DEPTH_OPTIMIZERS[optimizer]
+    center = (min(small * batch / plans.SMALL_BATCH, 1.6) if optimizer == "sgd"
+              else small * math.sqrt(batch / plans.SMALL_BATCH))
     return [center * f for f in (0.25, 0.5, 1.0, 2.0)]
 
 
@@ -185,9 +185,9 @@ def depth_arm(o, b, r, seeds, epochs):
 
 def depth_grid(epochs, batches):
     """Each optimizer's `depth_rates` at each batch on the choosing seed."""
-    return [s for b in batches for o in P.DEPTH_OPTIMIZERS
+    return [s for b in batches for o in plans.DEPTH_OPTIMIZERS
             for r in depth_rates(o, b)
-            for s in depth_arm(o, b, r, P.DEPTH_CHOOSE, epochs)]
+            for s in depth_arm(o, b, r, plans.DEPTH_CHOOSE, epochs)]
 
 
 def depth_next(optimizer, batch, swept):
@@ -219,12 +219,12 @@ def depth_then(epochs, batches):
         extensions come before every measuring run: they decide what is
         measured."""
         extend, measure = [], []
-        for o in P.DEPTH_OPTIMIZERS:
+        for o in plans.DEPTH_OPTIMIZERS:
             for b in batches:
                 mine = [r for r in depth_own(runs)
                         if r["optimizer"] == o and r["batch"] == b
                         and r["epochs"] == epochs
-                        and r["seed"] in P.DEPTH_CHOOSE]
+                        and r["seed"] in plans.DEPTH_CHOOSE]
                 grid = {round(r, 9) for r in depth_rates(o, b)}
                 swept = [r for r in mine if round(r["rate"], 9) in grid]
                 if len(swept) < 4:
@@ -232,10 +232,10 @@ def depth_then(epochs, batches):
                 while True:
                     best, next_rate = depth_next(o, b, swept)
                     if next_rate is None:
-                        measure += depth_arm(o, b, best, P.DEPTH_MEASURE,
+                        measure += depth_arm(o, b, best, plans.DEPTH_MEASURE,
                                              epochs)
                         break
-                    extend += depth_arm(o, b, next_rate, P.DEPTH_CHOOSE,
+                    extend += depth_arm(o, b, next_rate, plans.DEPTH_CHOOSE,
                                         epochs)
                     ran = [r for r in mine
                            if round(r["rate"], 9) == round(next_rate, 9)]
@@ -255,15 +255,15 @@ def nesterov(rate, warmup, seeds, on=True):
     name = "nesterov" if on else "momentum"
     return [dict(s, variant=f"{name}_w{warmup:.3g}",
                  flags=dict(nesterov="true" if on else "false"))
-            for s in fixed(P.MOMENTUM_BATCH, rate, seeds,
-                           epochs=P.DEPTH_EPOCHS, workload="resnet20_w16",
+            for s in fixed(plans.MOMENTUM_BATCH, rate, seeds,
+                           epochs=plans.DEPTH_EPOCHS, workload="resnet20_w16",
                            warmup_epochs=warmup)]
 
 
 def nesterov_sweep():
     """The Nesterov grid on the choosing seed, the likeliest bests first."""
-    return [s for rate in P.SWEEP_ORDER for w in P.MOMENTUM_WARMUPS
-            for s in nesterov(rate, w, P.DEPTH_CHOOSE)]
+    return [s for rate in plans.SWEEP_ORDER for w in plans.MOMENTUM_WARMUPS
+            for s in nesterov(rate, w, plans.DEPTH_CHOOSE)]
 
 
 def momentum_key(warmup, rate):
@@ -304,9 +304,9 @@ def replay(by, base):
 def _on_kind(runs, kind, **where):
     return {momentum_key(r["warmup_epochs"], r["rate"]): r
             for r in runs if r.get("workload") == "resnet20_w16"
-            and r["batch"] == P.MOMENTUM_BATCH
-            and r["epochs"] == P.DEPTH_EPOCHS
-            and r["seed"] in P.DEPTH_CHOOSE
+            and r["batch"] == plans.MOMENTUM_BATCH
+            and r["epochs"] == plans.DEPTH_EPOCHS
+            and r["seed"] in plans.DEPTH_CHOOSE
             and provenance.machine_kind(r.get("machine")) == kind
             and all(r.get(k) == v for k, v in where.items())}
 
@@ -323,8 +323,8 @@ def momentum_swept(runs, kind, arm):
 
 def momentum_grid():
     """The Nesterov grid's (warmup, rate) keys: both warmups x the rates."""
-    return {momentum_key(w, x) for w in P.MOMENTUM_WARMUPS
-            for x in P.MOMENTUM_RATES}
+    return {momentum_key(w, x) for w in plans.MOMENTUM_WARMUPS
+            for x in plans.MOMENTUM_RATES}
 
 
 def momentum_best(runs, kind):
@@ -357,7 +357,7 @@ def _longer(swept, best):
     there is none."""
     longest = max(w for w, _ in swept)
     warmup, rate = best
-    longer = [w for w in P.MOMENTUM_LONGER if w > longest + 1e-6]
+    longer = [w for w in plans.MOMENTUM_LONGER if w > longest + 1e-6]
     if round(warmup, 6) < longest or not longer:
         return []
     return [(longer[0], rate / 2), (longer[0], rate), (longer[0], rate * 2)]
@@ -378,7 +378,7 @@ def momentum_chain(runs, kind):
         return Chain(None, first, [next_point], ran)
     swept = {k: by[k]
              for k in momentum_grid() | {momentum_key(*p) for p in ran}}
-    low, high = min(P.MOMENTUM_RATES), max(P.MOMENTUM_RATES)
+    low, high = min(plans.MOMENTUM_RATES), max(plans.MOMENTUM_RATES)
     while True:
         best, next_point = kind_best(swept, low, high)
         step = [next_point] if next_point else _longer(swept, best)
@@ -422,7 +422,7 @@ def momentum_then():
         here = provenance.machine_kind(provenance.machine())
         kinds = {provenance.machine_kind(r.get("machine")) for r in runs
                  if r.get("workload") == "resnet20_w16"
-                 and r.get("batch") == P.MOMENTUM_BATCH}
+                 and r.get("batch") == plans.MOMENTUM_BATCH}
         return [dict(s, for_kind=kind) for kind in sorted(kinds | {here})
                 for s in _momentum_then_on(runs, kind)]
 
@@ -439,29 +439,30 @@ def _momentum_then_on(runs, kind):
     than `MOMENTUM_KIND`, whose sweep is the plan's own specs, the sweep
     too, and every run keyed by its backend, apart from the decisive
     kind's."""
-    out = [] if kind == P.MOMENTUM_KIND else nesterov_sweep()
+    out = [] if kind == plans.MOMENTUM_KIND else nesterov_sweep()
     chain = momentum_chain(runs, kind)
     for warmup, rate in chain.ran + chain.next:
-        out += nesterov(rate, warmup, P.DEPTH_CHOOSE)
+        out += nesterov(rate, warmup, plans.DEPTH_CHOOSE)
     if not chain.next and chain.best is not None:
         warmup, rate = chain.best
-        out += nesterov(rate, warmup, P.MOMENTUM_MEASURE)
-        out += nesterov(rate, warmup, P.MOMENTUM_MEASURE, on=False)
+        out += nesterov(rate, warmup, plans.MOMENTUM_MEASURE)
+        out += nesterov(rate, warmup, plans.MOMENTUM_MEASURE, on=False)
     if chain.grid_best is not None and (chain.next
                                         or chain.grid_best != chain.best):
         out += nesterov(chain.grid_best[1], chain.grid_best[0],
-                        P.MOMENTUM_MEASURE)
+                        plans.MOMENTUM_MEASURE)
     backend = kind.rsplit(" / ", 1)[-1].lower()
-    for o in P.LAYERWISE:
+    for o in plans.LAYERWISE:
         best, next_point, ran = layerwise_chain(runs, o, kind)
-        same = dict(optimizer=o, epochs=P.DEPTH_EPOCHS,
+        same = dict(optimizer=o, epochs=plans.DEPTH_EPOCHS,
                     workload="resnet20_w16")
         for _, rate in ran + ([next_point] if next_point else []):
             out += [dict(s, run_backend=backend) for s in fixed(
-                P.MOMENTUM_BATCH, rate, P.DEPTH_CHOOSE, **same)]
+                plans.MOMENTUM_BATCH, rate, plans.DEPTH_CHOOSE, **same)]
         if best is not None and next_point is None:
-            out += fixed(P.MOMENTUM_BATCH, best[1], P.MOMENTUM_MEASURE, **same)
-    if kind != P.MOMENTUM_KIND:
+            out += fixed(plans.MOMENTUM_BATCH, best[1],
+                         plans.MOMENTUM_MEASURE, **same)
+    if kind != plans.MOMENTUM_KIND:
         out = [dict(s, run_backend=backend) for s in out]
     return out
 
@@ -470,14 +471,14 @@ def _momentum_then_on(runs, kind):
 def probe(epoch_at, batch, seed, steps=None, start=False):
     """One probe (`start`: the checkpoint itself, one update at
     `START_RATE`, evaluated as the probes are)."""
-    rate = P.START_RATE if start else float(
-        f"{P.TRAJECTORY_RATE[epoch_at] * batch / P.SMALL_BATCH:.6g}")
-    k = max(1, batch // P.MICRO)
+    rate = plans.START_RATE if start else float(
+        f"{plans.TRAJECTORY_RATE[epoch_at] * batch / plans.SMALL_BATCH:.6g}")
+    k = max(1, batch // plans.MICRO)
     trajectory = runspec.model_dir(TRAJECTORY, "{work_dir}")
     flags = dict(init_weights=os.path.join(
         trajectory, layout.CHECKPOINTS, layout.EPOCH.format(epoch_at)),
                  end_learning_rate=rate, keep_checkpoints=0,
-                 precise_bn_batches=P.PRECISE_BN)
+                 precise_bn_batches=plans.PRECISE_BN)
     if steps:
         flags["steps_per_epoch"] = steps
     if k >= 2:
@@ -495,17 +496,18 @@ def probes_then():
         checkpoint's start, then the other seeds."""
         if not any(r.get("variant") == "trajectory" for r in runs):
             return
-        for epoch in P.EPOCHS_AT:
-            for seed in P.SMALL_SEEDS:
-                for steps in P.SMALL_STEPS:
-                    yield probe(epoch, P.SMALL_BATCH, seed, steps)
-            for batch in P.PROBE_BATCHES[1:]:
-                yield probe(epoch, batch, P.LARGE_SEEDS[0])
-        for epoch in P.EPOCHS_AT:
-            yield probe(epoch, P.SMALL_BATCH, P.SMALL_SEEDS[0], 1, start=True)
-        for seed in P.LARGE_SEEDS[1:]:
-            for epoch in P.EPOCHS_AT:
-                for batch in P.PROBE_BATCHES[1:]:
+        for epoch in plans.EPOCHS_AT:
+            for seed in plans.SMALL_SEEDS:
+                for steps in plans.SMALL_STEPS:
+                    yield probe(epoch, plans.SMALL_BATCH, seed, steps)
+            for batch in plans.PROBE_BATCHES[1:]:
+                yield probe(epoch, batch, plans.LARGE_SEEDS[0])
+        for epoch in plans.EPOCHS_AT:
+            yield probe(epoch, plans.SMALL_BATCH, plans.SMALL_SEEDS[0], 1,
+                        start=True)
+        for seed in plans.LARGE_SEEDS[1:]:
+            for epoch in plans.EPOCHS_AT:
+                for batch in plans.PROBE_BATCHES[1:]:
                     yield probe(epoch, batch, seed)
 
     return then
@@ -540,5 +542,5 @@ def build(name, entry):
                 entry.get("compared", False))
 
 
-PLANS = {name: build(name, entry) for name, entry in P.TABLE.items()}
+PLANS = {name: build(name, entry) for name, entry in plans.TABLE.items()}
 TRAJECTORY = PLANS["probes"].specs[0]
