@@ -29,7 +29,7 @@ from bench.core import records  # noqa: E402
 from bench.core import runspec  # noqa: E402
 from bench.gpu_campaign import plan as gpu_plan  # noqa: E402
 from bench.gpu_campaign.report import markdown  # noqa: E402
-from bench.study import plans  # noqa: E402
+from bench.study import engine  # noqa: E402
 
 RESULTS = os.path.join(records.RESULTS, "gpu_campaign")
 PARTS = (*gpu_plan.PARTS, "c")
@@ -238,7 +238,7 @@ def run_c(args, left, env, c):
     the plan has nothing left to run."""
     results = (os.path.dirname(os.path.abspath(args.out)) if args.smoke
                else records.RESULTS)
-    plan = plans.PLANS[args.study_plan]
+    plan = engine.PLANS[args.study_plan]
     path = plan.path(results)
     env = dict(env, KERAS_BACKEND="jax",
                XLA_PYTHON_CLIENT_MEM_FRACTION=f"{0.9 / args.study_workers:.2f}")

@@ -14,11 +14,9 @@ Usage: `python -m bench.micro.allreduce [--runs 5] [--workers 2 4]`.
 Writes `bench/results/allreduce.json` (or `--out`).
 """
 
-import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -26,9 +24,7 @@ from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import localhost
 
 import bench
-from bench.core.provenance import machine
-from bench.core.provenance import now
-from bench.core.records import RESULTS
+from bench import micro
 
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
            "ours topk 1%", "ours topk 0.1%", "flat buffer"]
@@ -175,20 +171,18 @@ def worker_step(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = micro.parser(__doc__, "allreduce")
     parser.add_argument("--mode", default="launch")
     parser.add_argument("--args", default="{}")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument(
-        "--fusion-mb", type=float, default=None,
+        "--fusion_mb", type=float, default=None,
         help="bucket size of the training step (default: the strategy's)")
     parser.add_argument("--methods", nargs="+", default=METHODS)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--skip-step", action="store_true")
-    parser.add_argument("--skip-allreduce", action="store_true")
-    parser.add_argument("--out", default="allreduce.json",
-                        help="file name under bench/results/")
+    parser.add_argument("--skip_step", action="store_true")
+    parser.add_argument("--skip_allreduce", action="store_true")
     flags = parser.parse_args()
     workers = {"allreduce": worker_allreduce, "step": worker_step}
     if flags.mode in workers:
@@ -203,11 +197,9 @@ def main():
     model = keras.applications.ResNet50(weights=None)
     shapes = [tuple(v.shape) for v in model.trainable_variables]
     mb = sum(int(np.prod(s)) for s in shapes) * 4 / 2**20
+    stamp = micro.stamp("allreduce", ["tensorflow"])
     result = {
-        "machine": machine("tensorflow") + ", loopback gRPC",
-        "date": now(),
-        "command": " ".join([os.path.basename(sys.executable), "-m",
-                             "bench.micro.allreduce", *sys.argv[1:]]),
+        **stamp, "machine": stamp["machine"] + ", loopback gRPC",
         "load_average": os.getloadavg(),
         "tensors": len(shapes), "mebibytes": round(mb, 1),
         "runs": flags.runs,
@@ -251,8 +243,7 @@ def main():
             label = ("stock tf.distribute.MultiWorkerMirroredStrategy"
                      if name == "stock" else "keras_largebatch strategy")
             print(f"| {label} | {ms:,.0f} |")
-    atomic_write(os.path.join(RESULTS, flags.out),
-                 json.dumps(result, indent=2))
+    micro.write(flags.out, result)
 
 
 if __name__ == "__main__":

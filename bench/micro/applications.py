@@ -9,15 +9,12 @@ claim is `--size 224 --batch 256 --precision mixed_float16 --steps 20`.
 Prints a Markdown table and writes `bench/results/applications.json`.
 """
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
 
-from bench.core import records
+from bench import micro
 
 # name -> ResNet50 kwargs; "keras" is keras.applications.ResNet50.
 CONFIGS = {
@@ -125,7 +122,7 @@ def device_name(backend):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = micro.parser(__doc__, "applications")
     p.add_argument("--backend", default="jax",
                    choices=["jax", "tensorflow", "torch"])
     p.add_argument("--size", type=int, default=64)
@@ -136,15 +133,12 @@ def main():
                    choices=["float32", "mixed_float16", "mixed_bfloat16"])
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help="comma-separated subset of: " + ", ".join(CONFIGS))
-    p.add_argument("--out", default=os.path.join(
-        records.RESULTS, "applications.json"))
     args = p.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     import keras
 
     keras.config.set_dtype_policy(args.precision)
     from keras_largebatch import LARSMixed
-    from keras_largebatch._shared import atomic_write
     from keras_largebatch._shared import require
 
     names = [n.strip() for n in args.configs.split(",")]
@@ -173,19 +167,15 @@ def main():
         "claim": "training images/s of keras_largebatch ResNet50 vs "
                  "keras.applications.ResNet50, same backend/precision/"
                  "optimizer (LARSMixed), synthetic data",
-        "machine": {"platform": platform.platform(),
-                    "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(),
-                    "device": device,
-                    "loadavg_1_5_15_before": load_before,
-                    "loadavg_1_5_15_after": load_after},
+        **micro.stamp("applications", [args.backend]),
+        "device": device,
+        "loadavg_1_5_15_before": load_before,
+        "loadavg_1_5_15_after": load_after,
         "keras": keras.__version__,
         "args": vars(args),
         "results": rows,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    atomic_write(args.out, json.dumps(result, indent=2))
-    print(f"\nwrote {args.out}")
+    micro.write(args.out, result)
 
 
 if __name__ == "__main__":

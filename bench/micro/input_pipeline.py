@@ -8,12 +8,12 @@ instead. The method and the results: docs/benchmarks.md.
 
     python -m bench.micro.input_pipeline [--images 384] [--sizes 224,67]
     python -m bench.micro.input_pipeline --fashion_mnist [--batch 256]
+
+Writes `bench/results/input_pipeline.json` (`--fashion_mnist`:
+`input_pipeline_fashion_mnist.json`), or `--out`.
 """
 
-import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 
@@ -22,13 +22,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from bench.core.provenance import machine
-from bench.core.provenance import now
-from bench.core.records import RESULTS
-from keras_largebatch._shared import atomic_write
+import bench
+from bench import micro
+from bench.core import provenance
 from keras_largebatch.train.data import imagenet
 
-MACHINE = machine("tensorflow")
+MACHINE = provenance.machine("tensorflow")
 SHAPES = [(375, 500), (500, 375), (333, 500), (480, 640), (300, 400),
           (500, 500), (281, 500), (375, 500)]
 
@@ -107,14 +106,12 @@ def measure(ds):
             count / (time.process_time() - cpu))
 
 
-def write(name, **fields):
-    """`bench/results/<name>`: the machine, the date, the command, `fields`."""
-    path = os.path.join(RESULTS, name)
-    atomic_write(path, json.dumps(dict(
-        machine=MACHINE, date=now(), command=" ".join(
-            ["python -m bench.micro.input_pipeline", *sys.argv[1:]]),
-        **fields), indent=2))
-    print(f"wrote {path}")
+def write(path, name, **fields):
+    """`path` (default `bench/results/<name>.json`): the machine, the date,
+    the command, `fields`."""
+    micro.write(path or os.path.join(bench.ROOT, "bench", "results",
+                                     name + ".json"),
+                dict(micro.stamp("input_pipeline", ["tensorflow"]), **fields))
 
 
 def fashion_mnist(args):
@@ -148,14 +145,14 @@ def fashion_mnist(args):
     for name, rate in best.items():
         print(f"| {name} | {rate:.0f} |")
     print(f"\nGrain / tf.data: {ratio:.2f} (target >= 0.9)")
-    write("input_pipeline_fashion_mnist.json", tensorflow=tf.__version__,
+    write(args.out, "input_pipeline_fashion_mnist", tensorflow=tf.__version__,
           batch=args.batch, batches=steps, repeats=args.repeats,
           load_average_before_after=[load_before[0], load_after[0]],
           images_per_sec=best, grain_over_tf_data=ratio)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = micro.parser(__doc__, None)
     parser.add_argument("--images", type=int, default=384)
     parser.add_argument("--sizes", default="224,67")
     parser.add_argument("--repeats", type=int, default=3)
@@ -197,7 +194,7 @@ def main():
                    if r["pipeline"] == "train" and r["size"] == 224)
     print(f"\nAn H100 at 6,500 images/s (ResNet-50, 224x224) needs "
           f"{6500 / per_core:.0f} such cores for the training pipeline.")
-    write("input_pipeline.json", tensorflow=tf.__version__,
+    write(args.out, "input_pipeline", tensorflow=tf.__version__,
           jpegs=len(jpeg_bytes), mean_jpeg_bytes=float(np.mean(jpeg_bytes)),
           load_average_before_after=[load_before[0], load_after[0]],
           rows=rows, repeats=args.repeats,

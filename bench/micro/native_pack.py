@@ -6,10 +6,10 @@ fused all-reduce does: float32 -> float32, and float32 -> float16 scaled by
 1/8 and back (fp16 transport). Medians over `--repeats` calls after a warm-up.
 
     python -m bench.micro.native_pack [--repeats 10]
+
+Writes `bench/results/native_pack.json` (or `--out`).
 """
 
-import argparse
-import json
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -18,15 +18,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bench.core.provenance import machine
-from bench.core.records import RESULTS
+from bench import micro
 from bench.micro.optimizer_step import median_ms
-from keras_largebatch._shared import atomic_write
 from keras_largebatch.distribute import native
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = micro.parser(__doc__, "native_pack")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
 
@@ -64,8 +62,8 @@ def main():
                                            sync=sync)[0]
         rows.append(row)
 
-    stamp = machine("tensorflow")
-    print(f"\nMachine: {stamp}; TensorFlow {tf.__version__}; "
+    stamp = micro.stamp("native_pack", ["tensorflow"])
+    print(f"\nMachine: {stamp['machine']}; TensorFlow {tf.__version__}; "
           f"medians of {args.repeats}\n")
     print("| case | fallback (ms) | native (ms) | native / fallback |")
     print("|---|---:|---:|---:|")
@@ -75,7 +73,7 @@ def main():
         print(f"| {r['case']} | {f:.1f} | {n if n is None else f'{n:.1f}'} | {ratio} |")
 
     out = {
-        "machine": stamp,
+        **stamp,
         "tensorflow": tf.__version__,
         "tensors": len(grads),
         "float32_bytes": nbytes,
@@ -83,9 +81,7 @@ def main():
         "native_available": native.native_ops_available(),
         "rows": rows,
     }
-    path = os.path.join(RESULTS, "native_pack.json")
-    atomic_write(path, json.dumps(out, indent=2))
-    print(f"\nwrote {path}")
+    micro.write(args.out, out)
 
 
 if __name__ == "__main__":

@@ -8,23 +8,20 @@ the overhead. The method and the results: docs/benchmarks.md.
     python -m bench.micro.noise_scale_cost
     python -m bench.micro.noise_scale_cost --backends jax --steps 40 --intervals 1 4
 
-Prints a Markdown table and writes bench/results/noise_scale_cost.json.
+Prints a Markdown table and writes bench/results/noise_scale_cost.json (or
+`--out`).
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
 import bench
-from bench.core import records
-
-RESULTS = os.path.join(records.RESULTS, "noise_scale_cost.json")
+from bench import micro
 
 
 def build(name):
@@ -102,7 +99,7 @@ def measure_backend(steps, warmup, repeats, intervals, models, batch=64):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = micro.parser(__doc__, "noise_scale_cost")
     p.add_argument("--backends", nargs="+",
                    default=["tensorflow", "jax", "torch"])
     p.add_argument("--steps", type=int, default=60)
@@ -112,7 +109,6 @@ def main():
     p.add_argument("--models", nargs="+",
                    default=["resnet_cifar_8x4", "mlp_4x1024"])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=RESULTS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(measure_backend(args.steps, args.warmup,
@@ -139,14 +135,12 @@ def main():
                       f"{r['plain_ms']:.2f} | {interval} | {g['ms']:.2f} | "
                       f"{g['overhead_pct']:+.1f}% | "
                       f"{g['overhead_cpu_pct']:+.1f}% |")
-    with open(args.out, "w") as f:
-        json.dump(dict(
-            results=results,
-            args={k: v for k, v in vars(args).items()
-                  if k not in ("child", "out")},
-            machine=f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",
-            loadavg=os.getloadavg()[0],
-            date=datetime.date.today().isoformat()), f, indent=1)
+    micro.write(args.out, dict(
+        results=results,
+        args={k: v for k, v in vars(args).items()
+              if k not in ("child", "out")},
+        **micro.stamp("noise_scale_cost", args.backends),
+        loadavg=os.getloadavg()[0]), indent=1)
 
 
 if __name__ == "__main__":

@@ -6,24 +6,21 @@ jitted JAX (`_jax_floor`). The method and the results: docs/benchmarks.md.
     python -m bench.micro.optimizer_step                      # all three backends
     python -m bench.micro.optimizer_step --backends jax --steps 30
 
-Prints a Markdown table and writes bench/results/optimizer_step.json.
+Prints a Markdown table and writes bench/results/optimizer_step.json (or
+`--out`).
 """
 
 import argparse
 import functools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
 import bench
-from bench.core import provenance
-from bench.core import records
-
-RESULTS = os.path.join(records.RESULTS, "optimizer_step.json")
+from bench import micro
 
 
 def median_ms(fn, steps, warmup=3, sync=lambda out: None):
@@ -190,10 +187,9 @@ def _jax_floor(grads, variables, steps):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = micro.parser(__doc__, "optimizer_step")
     parser.add_argument("--backends", default="tensorflow,jax,torch")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--output", default=RESULTS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -217,7 +213,8 @@ def main():
         table.update(json.loads(lines[-1][len("RESULT "):]))
 
     names = [n for pair in PAIRS for n in pair]
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    stamp = micro.stamp("optimizer_step", args.backends.split(","))
+    machine = stamp["machine"]
     for clock, suffix in (("wall-clock", ""), ("process CPU", "_cpu")):
         print(f"\nResNet-50 optimizer step, {machine}, median of {args.steps} "
               f"steps, {clock} ms\n")
@@ -239,20 +236,14 @@ def main():
                           f"{a:.1f} / {b:.1f} ms = {a / b:.2f}")
     print(f"\nload average at start: {load_at_start}")
     print("GPU rows: no GPU available on this machine (not measured).")
-    from keras_largebatch._shared import atomic_write
-
     record = {
-        "machine": machine,
-        "date": provenance.now(),
-        "command": " ".join(["python -m bench.micro.optimizer_step",
-                             *sys.argv[1:]]),
+        **stamp,
         "load_average_at_start": load_at_start,
         "steps": args.steps,
         "ms": table,
         "gpu": "no GPU available",
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    atomic_write(args.output, json.dumps(record, indent=2))
+    micro.write(args.out, record)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import bench
+from bench import micro
 from bench.core import provenance
 
 COPIES = ("aten::copy_", "aten::clone", "aten::contiguous")
@@ -171,7 +171,7 @@ def jax_arm(size, batch, repeats):
     process: one backend per process)."""
     env = bench.environ(dict(os.environ, KERAS_BACKEND="jax"))
     proc = subprocess.run(
-        bench.command("bench.micro.torch_layers", "--jax-child", "--size",
+        bench.command("bench.micro.torch_layers", "--jax_child", "--size",
                       size, "--batch", batch, "--repeats", repeats),
         capture_output=True, text=True, env=env, cwd=bench.ROOT)
     lines = [line for line in proc.stdout.splitlines()
@@ -211,22 +211,18 @@ def jax_child(size, batch, repeats):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = micro.parser(__doc__, "torch_layers")
     p.add_argument("--size", type=int, default=112)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--jax-child", action="store_true",
+    p.add_argument("--jax_child", action="store_true",
                    help=argparse.SUPPRESS)
-    p.add_argument("--out", default=os.path.join(
-        bench.ROOT, "bench", "results", "torch_layers.json"))
     args = p.parse_args()
     if args.jax_child:
         return jax_child(args.size, args.batch, args.repeats)
     # Before anything imports Keras (keras_largebatch does).
     os.environ["KERAS_BACKEND"] = "torch"
     import keras
-
-    from keras_largebatch._shared import atomic_write
 
     load_before = os.getloadavg()
     rows = {
@@ -258,20 +254,16 @@ def main():
                  "batch-norm kernels and time of keras_largebatch.layers "
                  "against Keras' stock layers, plain torch.nn "
                  "(channels_last) and JAX, on this CPU",
-        "machine": provenance.machine("torch"),
+        **micro.stamp("torch_layers", ["torch"]),
         "load_1_5_15_before": load_before,
         "load_1_5_15_after": load_after,
-        "date": provenance.now(),
-        "command": "python -m bench.micro.torch_layers " + " ".join(
-            sys.argv[1:]),
         "keras": keras.__version__,
         "torch": provenance.version("torch"),
         "args": dict(vars(args), out=os.path.relpath(args.out, bench.ROOT)),
         "labels": LABELS,
         "results": rows,
     }
-    atomic_write(args.out, json.dumps(result, indent=1))
-    print(f"\nwrote {args.out}")
+    micro.write(args.out, result, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ record is short of its spec (fewer evaluations or updates:
 refuses it with one line, and the report leaves it out. `recheck` runs a
 recorded run's first epochs again at the code checked out now and compares
 them epoch by epoch with its record (`recheck.py`). The plans:
-`bench/study/plans.py`. Run from the repository's root (or with it on
-`PYTHONPATH`).
+`bench/study/plans.py` (one table, read by `engine.py`). Run from the
+repository's root (or with it on `PYTHONPATH`).
 """
 
 import argparse
@@ -30,14 +30,14 @@ import sys
 from bench.core import pool
 from bench.core import records
 from bench.core import runspec
-from bench.study import plans
+from bench.study import engine
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a plan")
-    r.add_argument("plan", choices=sorted(plans.PLANS))
+    r.add_argument("plan", choices=sorted(engine.PLANS))
     r.add_argument("--workers", type=int, default=2)
     r.add_argument("--budget", type=float, default=0.0,
                    help="seconds; no run starts after them (0: no limit)")
@@ -55,7 +55,7 @@ def main(argv=None):
     m.add_argument("files", nargs="+")
     c = sub.add_parser("recheck", help="rerun a recorded run's first epochs "
                                        "here and compare them with its record")
-    c.add_argument("plan", choices=sorted(plans.PLANS))
+    c.add_argument("plan", choices=sorted(engine.PLANS))
     c.add_argument("key", help="the run's key (`list`, or the record's runs)")
     c.add_argument("--epochs", type=int, default=1)
     c.add_argument("--work_dir", default=os.path.join("runs", "recheck"))
@@ -74,7 +74,7 @@ def main(argv=None):
             merge(path, os.path.join(records.RESULTS, os.path.basename(path)))
         return 0
     if args.command == "list":
-        for plan in plans.PLANS.values():
+        for plan in engine.PLANS.values():
             runs = records.load(plan.path(args.results))
             failed = {runspec.run_key(x)
                       for x in records.failures(plan.path(args.results))}
@@ -89,7 +89,7 @@ def main(argv=None):
         p.error(f"--workers must be >= 1. Received: {args.workers}")
     if args.budget < 0:
         p.error(f"--budget must be >= 0. Received: {args.budget}")
-    plan = plans.PLANS[args.plan]
+    plan = engine.PLANS[args.plan]
     path = plan.path(args.results)
 
     def specs(runs):
@@ -125,7 +125,7 @@ def _recheck(p, args):
     if args.epochs < 1:
         p.error(f"--epochs must be >= 1. Received: {args.epochs}")
     try:
-        spec, run = recheck.find(plans.PLANS[args.plan], args.key,
+        spec, run = recheck.find(engine.PLANS[args.plan], args.key,
                                  args.results)
         rows = recheck.rerun(spec, run, args.epochs, args.work_dir)
     except (ValueError, RuntimeError) as e:

@@ -7,7 +7,7 @@ import os
 
 from bench.core import records
 from bench.study import kills
-from bench.study import plans
+from bench.study import engine
 from bench.study import show
 from bench.study import stats
 
@@ -47,7 +47,7 @@ def speed_lines(results=records.RESULTS):
     """The `backend_speed` plan: second-epoch training images/s per machine
     and backend, the mean of the runs side by side."""
     rows = {}
-    for r in records.load(plans.BACKEND_SPEED.path(results)):
+    for r in records.load(engine.PLANS["backend_speed"].path(results)):
         rows.setdefault((r["machine"].rsplit(",", 1)[0], r["batch"]), []).append(
             r["images_per_sec_per_epoch"][-1])
     return ["| machine (backend) | batch | images/s (mean of the runs side by "
@@ -63,7 +63,7 @@ def kill_lines(results=records.RESULTS):
     lines = ["| setup | fault | machine | kills | identical resumes | updates "
              "lost: max | median | seconds a kill |",
              "|---|---|---|---|---|---|---|---|"]
-    runs = records.load(plans.KILL_RUNS.path(results))
+    runs = records.load(engine.PLANS["kills"].path(results))
     for fault in (None, "damage"):
         for setup in kills.SETUPS:
             mine = [r for r in runs

@@ -1,11 +1,12 @@
 """The command's defaults against each baseline of issue 51, the decisive
-fixed arm's and `plans.BASELINES`' (`BASELINE_ARMS`): final accuracy and,
+fixed arm's and the plan `baselines`' (`BASELINE_ARMS`): final accuracy and,
 per target, the ratio of median updates, with intervals and verdicts; an
 arm without runs reads "not run yet", one with fewer seeds than its plan
 "interim": its intervals so far, no verdicts. The 36-epoch arm also says
 whether its first seeds change a verdict of the 24-epoch arm's
 (`long_rule`), which decides whether it runs 5 seeds or 10."""
 
+from bench.study import engine
 from bench.study import plans
 from bench.study import show
 from bench.study import stats
@@ -16,14 +17,14 @@ from bench.study.selection import shortfall
 from keras_largebatch.adaptive_batch import defaults
 
 # The defaults against each baseline of issue 51 (the decisive fixed arm and
-# `plans.BASELINES`): (name, selection, where its rate or schedule came
+# the plan `baselines`): (name, selection, where its rate or schedule came
 # from), on the decisive seeds and their machine kind only.
 DEFAULTS = dict(kind="grown", variant="default", rate=0.4, epochs=24,
                 optimizer="sgd")
 BASELINE_MACHINE = "CPU VM / TensorFlow"
 SEEDS = plans.DECISIVE_SEEDS
 RAMP = "the fixed ramp ({}, 0.4 x the batch / 128)".format(", then ".join(
-    f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
+    f"{b:,} from epoch {e}" for e, b in engine.batch_steps(
         plans.RAMP_SCHEDULE)))
 
 # The defaults' start (`adaptive_batch.defaults`) from the plans' small
@@ -35,7 +36,7 @@ START_RATE = DEFAULTS["rate"] * defaults.START_MULTIPLE
 
 def _unpeeked(variant, name, why):
     """The arm of `plans.UNPEEKED_RAMPS[variant]`: (name, selection, why)."""
-    steps = ", ".join(f"{b:,} from epoch {e}" for e, b in plans.batch_steps(
+    steps = ", ".join(f"{b:,} from epoch {e}" for e, b in engine.batch_steps(
         plans.UNPEEKED_RAMPS[variant]))
     return (f"the {name} written without the noise scale ({steps}, 0.4 "
             "x the batch / 128)", dict(kind="ramp", variant=variant, rate=0.4,
@@ -78,7 +79,7 @@ def ramp_start(sel):
     it, from below that start)."""
     if sel["variant"] is None:
         return "peeked"
-    first = plans.batch_steps(plans.UNPEEKED_RAMPS[sel["variant"]])[0][1]
+    first = engine.batch_steps(plans.UNPEEKED_RAMPS[sel["variant"]])[0][1]
     return "start" if first == START else "small"
 
 
@@ -165,11 +166,10 @@ def long_rule(here, a, at_24, sel):
 
 
 def planned(sel):
-    """How many seeds `plans.DECISIVE` and `plans.BASELINES` give the arm
-    `sel` selects (the decisive defaults' too)."""
-    return len({s["seed"] for plan in (plans.DECISIVE, plans.BASELINES,
-                                       plans.RAMPS)
-                for s in plan.specs
+    """How many seeds the plans `decisive`, `baselines` and `ramps` give
+    the arm `sel` selects (the decisive defaults' too)."""
+    return len({s["seed"] for name in ("decisive", "baselines", "ramps")
+                for s in engine.PLANS[name].specs
                 if all(s.get(k) == v for k, v in sel.items())})
 
 

@@ -5,6 +5,7 @@ Per budget, each optimizer's sweep on the choosing seed with its best rate
 seeds of one machine kind (`depth_machine`), the pairs of `DEPTH_PAIRS`
 compared, and the rate a user gets by default (`depth_findings`)."""
 
+from bench.study import engine
 from bench.study import plans
 from bench.study import show
 from bench.study import stats
@@ -26,16 +27,16 @@ DEPTH_PAIRS = (("lars_mixed", "sgd"), ("lamb_mixed", "sgd"),
 
 def depth_best(runs, batch, epochs=plans.DEPTH_EPOCHS):
     """{optimizer: (best rate, the next rate of its sweep or None)} of each
-    sweep of 4 rates or more on the choosing seed (`plans.depth_next`: the
+    sweep of 4 rates or more on the choosing seed (`engine.depth_next`: the
     plan's own choice, from the choosing seed's runs of the depth plans
-    (`plans.depth_own`) on every kind)."""
+    (`engine.depth_own`) on every kind)."""
     out = {}
     for o in plans.DEPTH_OPTIMIZERS:
-        swept = [r for r in plans.depth_own(runs)
+        swept = [r for r in engine.depth_own(runs)
                  if r["optimizer"] == o and r["batch"] == batch
                  and r["epochs"] == epochs and r["seed"] in plans.DEPTH_CHOOSE]
         if len(swept) >= 4:
-            out[o] = plans.depth_next(o, batch, swept)
+            out[o] = engine.depth_next(o, batch, swept)
     return out
 
 
@@ -71,10 +72,10 @@ def depth_findings(runs, batch=DEPTH_BATCH, epochs=plans.DEPTH_EPOCHS):
     default (LARSMixed under `--lr_scaling=auto`: `mlperf_lars_rate`, its
     warmup) on the choosing seed and, where it is the best, measured (at
     `DEPTH_BATCH` only: the one batch whose sweep runs that rate; None
-    elsewhere). Only the depth plans' runs count (`plans.depth_own`): the
+    elsewhere). Only the depth plans' runs count (`engine.depth_own`): the
     momentum plan's runs of the same network and batch are its own
     comparison's."""
-    runs = plans.depth_own(runs)
+    runs = engine.depth_own(runs)
     best = depth_best(runs, batch, epochs)
     kind, why = depth_machine(runs, best, batch, epochs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
@@ -113,7 +114,7 @@ def depth_findings(runs, batch=DEPTH_BATCH, epochs=plans.DEPTH_EPOCHS):
     default = dict(rate=rate, warmup_epochs=warmup, choosing=[dict(
         seed=r["seed"], machine=r["kind_of_machine"],
         final=r["val_accuracy"], updates_to_090=stats.updates_to(
-            plans.points(r), 0.90)) for r in chose],
+            engine.points(r), 0.90)) for r in chose],
         measured=arms["lars_mixed"]["n"] if measured else 0,
         is_best=measured) if chose is not None else None
     for a in arms.values():
@@ -183,13 +184,13 @@ def depth_finding_lines(found):
 
 
 def depth_lines(runs):
-    """LARS at depth (`plans.DEPTH`, `DEPTH_REDUCED`), per budget: each
+    """LARS at depth (the plans `depth`, `depth_reduced`), per budget: each
     optimizer and batch's runs on the choosing seed with their machine kind
     (final accuracy and training loss, updates to `DEPTH_TARGETS`), the
     sweep's best marked (from the depth plans' runs of every kind, as the
     plan chooses; said when it lies at the grid's edge); then, per batch,
     the findings on the measuring seeds (`depth_findings`)."""
-    deep = plans.depth_own(runs)
+    deep = engine.depth_own(runs)
     lines = []
     for epochs in sorted({r["epochs"] for r in deep}):
         here = [r for r in deep if r["epochs"] == epochs]
@@ -218,7 +219,7 @@ def depth_lines(runs):
                         f"{r['rate']:.4g} | {r['warmup_epochs']:.3g} | "
                         f"{r['val_accuracy']:.4f} | "
                         f"{r['train_loss_per_epoch'][-1]:.3f} | " + " | ".join(
-                            show.number(stats.updates_to(plans.points(r), t))
+                            show.number(stats.updates_to(engine.points(r), t))
                             for t in DEPTH_TARGETS) + f" | {mark} |")
         for b in batches:
             lines += ["", f"At {b:,}, each optimizer at its best rate on "

@@ -1,12 +1,13 @@
-"""Momentum tuned as LARS was (issues 60 and 74, `plans.MOMENTUM`): Nesterov
+"""Momentum tuned as LARS was (issues 60 and 74, the plan `momentum`): Nesterov
 SGD swept on the choosing seed (a grid of two warmups x five rates, then its
-warmup bracketed: `plans.momentum_chain`), against LARSMixed and LAMBMixed
+warmup bracketed: `engine.momentum_chain`), against LARSMixed and LAMBMixed
 at theirs, and against plain momentum at its own warmup and rate; each
 chosen among the runs of one machine kind and measured on seeds 101-105 of
 that kind. Every kind with runs of the sweep is its own comparison, the
 decisive kind (`plans.MOMENTUM_KIND`) first. An arm short of its plan's
 seeds (one left out as incomplete: `selection.left_out`) is interim."""
 
+from bench.study import engine
 from bench.study import plans
 from bench.study import show
 from bench.study import stats
@@ -58,7 +59,7 @@ def _nesterov_status(chain, swept):
     """Why the Nesterov arm has no point to measure yet, or None."""
     if chain.best is None:
         return (f"not run yet: the sweep on seed {plans.DEPTH_CHOOSE[0]} has "
-                f"{swept} of {len(plans.momentum_grid())} runs of its grid")
+                f"{swept} of {len(engine.momentum_grid())} runs of its grid")
     if chain.grid_best is None:
         return (f"not run yet: the grid's best, {chain.best[1]:g}, lies at "
                 f"its edge; {_points(chain.next)} runs first")
@@ -67,23 +68,23 @@ def _nesterov_status(chain, swept):
 
 def momentum_findings(runs, kind=None):
     """{machine, swept (runs of the Nesterov grid on that kind), chain
-    (`plans.momentum_chain`), best (the chain's best so far), bracketed
+    (`engine.momentum_chain`), best (the chain's best so far), bracketed
     (its warmup and rate bracketed), nesterov_at ((warmup, rate) the
     Nesterov arm is measured at: the bracketed best, else the grid's best,
     issue 60's arm), rates {optimizer: (best, beyond)}, arms {name: n,
     seeds}, pairs [{claim, a, b, n, status, interim, result}]}: each
     layer-wise optimizer at its best rate on machine kind `kind` (default:
-    `momentum_machine`; `plans.layerwise_best`) against Nesterov SGD there,
+    `momentum_machine`; `engine.layerwise_best`) against Nesterov SGD there,
     and Nesterov SGD against plain momentum at the bracketed best, on
     `plans.MOMENTUM_MEASURE` of that kind; an arm short of those seeds
     gives interim verdicts (`selection.interim`), counted nowhere."""
     kind = kind or momentum_machine(runs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
-    chain = (plans.momentum_chain(here, kind) if kind
-             else plans.Chain(None, None, [], []))
+    chain = (engine.momentum_chain(here, kind) if kind
+             else engine.Chain(None, None, [], []))
     bracketed = chain.best is not None and not chain.next
     at = chain.best if bracketed else chain.grid_best
-    rates = {o: plans.layerwise_best(here, o, kind) if kind else (None, None)
+    rates = {o: engine.layerwise_best(here, o, kind) if kind else (None, None)
              for o in plans.LAYERWISE}
     common = dict(workload=DEPTH_WORKLOAD, batch=plans.MOMENTUM_BATCH,
                   epochs=plans.DEPTH_EPOCHS, seeds=plans.MOMENTUM_MEASURE)
@@ -97,8 +98,8 @@ def momentum_findings(runs, kind=None):
             here, NAMES[name], DEPTH_TARGETS, optimizer="sgd",
             rate=point[1] if point else -1,
             variant=f"{prefix}_w{point[0]:.3g}" if point else "-", **common)
-    swept = sum(plans.momentum_key(r["warmup_epochs"], r["rate"])
-                in plans.momentum_grid() for r in _sweep(here))
+    swept = sum(engine.momentum_key(r["warmup_epochs"], r["rate"])
+                in engine.momentum_grid() for r in _sweep(here))
     planned = len(plans.MOMENTUM_MEASURE)
     pairs = []
     for a, b in PAIRS:
@@ -204,10 +205,10 @@ def sweep_lines(runs):
     marked, the runs a chain added, and what runs next."""
     lines = []
     for kind in momentum_kinds(runs):
-        chain = plans.momentum_chain(runs, kind)
+        chain = engine.momentum_chain(runs, kind)
         chains = {"nesterov": (chain.best, chain.next, chain.ran)}
         for o in plans.LAYERWISE:
-            best, beyond, ran = plans.layerwise_chain(runs, o, kind)
+            best, beyond, ran = engine.layerwise_chain(runs, o, kind)
             chains[o] = (best, [beyond] if beyond else [], ran)
         lines += ["", f"{kind}, seed {plans.DEPTH_CHOOSE[0]}:", "",
                   "| optimizer | warmup (epochs) | rate | final val acc | "
@@ -215,21 +216,21 @@ def sweep_lines(runs):
                   "|---|---|---|---|---|---|---|---|"]
         for name in ("nesterov",) + plans.LAYERWISE:
             best, following, ran = chains[name]
-            added = {plans.momentum_key(*k) for k in ran}
-            swept = plans.momentum_swept(runs, kind, name)
+            added = {engine.momentum_key(*k) for k in ran}
+            swept = engine.momentum_swept(runs, kind, name)
             for key, r in sorted(swept.items()):
                 marks = [m for m, on in (
                     ("best", best is not None
-                     and key == plans.momentum_key(*best)),
+                     and key == engine.momentum_key(*best)),
                     ("the grid's best", name == "nesterov"
                      and chain.grid_best not in (None, best)
-                     and key == plans.momentum_key(*chain.grid_best)),
+                     and key == engine.momentum_key(*chain.grid_best)),
                     ("added by the chain", key in added)) if on]
                 lines.append(
                     f"| {NAMES[name]} | {r['warmup_epochs']:.3g} | "
                     f"{r['rate']:g} | {r['val_accuracy']:.4f} | "
                     f"{r['train_loss_per_epoch'][-1]:.3f} | "
-                    + show.number(stats.updates_to(plans.points(r), 0.90))
+                    + show.number(stats.updates_to(engine.points(r), 0.90))
                     + f" | {_commit(r)} | {', '.join(marks)} |")
             if following:
                 lines.append(f"| {NAMES[name]} | next: {_points(following)}"

@@ -27,7 +27,7 @@ from keras_largebatch.train import layout
 
 
 def find(plan, key, results=records.RESULTS):
-    """(spec, run): the spec of `plan` (a `plans.Plan`) whose
+    """(spec, run): the spec of `plan` (a `Plan` of `engine.PLANS`) whose
     `runspec.run_key` is `key`, and its run in the plan's record; a
     `ValueError` naming the key when either is missing. The command line
     comes from the spec (a record's `evals` holds the evaluations, not the

@@ -16,7 +16,7 @@ import os
 from bench.core import records
 from bench.study import headline
 from bench.study import kills
-from bench.study import plans
+from bench.study import engine
 from bench.study import probes
 from bench.study import show
 from bench.study.appendix import kill_lines
@@ -129,7 +129,7 @@ def write(results=records.RESULTS, page=None):
     lines += ["", "## What the measuring runs took (wall time from each record; "
               "seeds 100 on, runs side by side as the study runs them)", ""]
     lines += runtime_lines(runs)
-    lines += probes.markdown(records.load(plans.PROBES.path(results)))
+    lines += probes.markdown(records.load(engine.PLANS["probes"].path(results)))
     lines += ["", "## Training speed per backend (`backend_speed`)", ""]
     lines += speed_lines(results)
     lines += ["", "## Kill and resume (`kills`; a checkpoint every "

@@ -13,14 +13,14 @@ import os
 from bench.core import provenance
 from bench.core import records
 from bench.core import runspec
-from bench.study import plans
+from bench.study import engine
 from bench.study import stats
 
 TARGETS = (0.88, 0.89, 0.90, 0.905)
 
 
 def _compared(results):
-    for name in dict.fromkeys(p.record for p in plans.PLANS.values()
+    for name in dict.fromkeys(p.record for p in engine.PLANS.values()
                               if p.compared):
         for r in records.load(os.path.join(results, name + ".json")):
             yield dict(r, record=name, kind_of_machine=provenance.machine_kind(
@@ -66,7 +66,7 @@ def arm(runs, name, targets=TARGETS, **where):
         commits=tuple((r.get("code") or {}).get("commit") or ""
                       for r in chosen),
         processors=tuple(r.get("cpu") or "" for r in chosen),
-        updates_to={t: tuple(stats.updates_to(plans.points(r), t) for r in chosen)
+        updates_to={t: tuple(stats.updates_to(engine.points(r), t) for r in chosen)
                     for t in targets})
 
 

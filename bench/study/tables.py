@@ -4,6 +4,7 @@ and what the runs of the measuring seeds cost."""
 
 import statistics
 
+from bench.study import engine
 from bench.study import plans
 from bench.study import show
 from bench.study import stats
@@ -23,7 +24,7 @@ def front(runs, machine, target, epochs=24, optimizer="sgd", choose=range(10)):
             and r.get("workload", "resnet8_w4") == "resnet8_w4"]
     for batch in sorted({r["batch"] for r in pool}):
         group = [r for r in pool if r["batch"] == batch]
-        rate = plans.best_rate(group, target)
+        rate = engine.best_rate(group, target)
         out[batch] = (rate, arm(group, f"fixed {batch}", rate=rate))
     return out
 
@@ -57,7 +58,7 @@ def tradeoff_lines(runs):
     for (machine, variant, rate), group in sorted(groups.items()):
         flags, start = plans.GROWN[variant]
         acc = stats.mean_interval([r["val_accuracy"] for r in group])
-        to = [stats.updates_to(plans.points(r), 0.90) for r in group]
+        to = [stats.updates_to(engine.points(r), 0.90) for r in group]
         lines.append(
             f"| {machine} | {variant} | {rate:g} | "
             f"{flags.get('noise_scale_multiple', 'default')} | "
@@ -90,7 +91,7 @@ def config_table(runs):
             if len(finals) > 1 else None
         cells = []
         for t in TARGETS:
-            values = [stats.updates_to(plans.points(r), t) for r in group]
+            values = [stats.updates_to(engine.points(r), t) for r in group]
             m, lo, hi = stats.bootstrap_median(values)
             reached = sum(v is not None for v in values)
             cells.append(f"{show.interval(m, lo, hi)} ({reached}/{len(group)})"

@@ -17,7 +17,7 @@ from bench.core import runspec
 from bench.gpu_campaign import plan as gpu_plan
 from bench.gpu_campaign.report import by_part
 from bench.gpu_campaign.report import markdown
-from bench.study import plans
+from bench.study import engine
 from keras_largebatch.train import data
 
 pytestmark = pytest.mark.skipif(
@@ -204,4 +204,4 @@ def test_part_c_runs_lars_at_depth_side_by_side_by_default(campaign_module):
     assert (args.study_plan, args.study_workers) == ("depth", 12)
     smoke = campaign_module.parse_args(["--smoke", "--out", "c"])
     assert (smoke.study_plan, smoke.study_workers) == ("smoke", 2)
-    assert args.study_plan in plans.PLANS
+    assert args.study_plan in engine.PLANS

@@ -20,6 +20,7 @@ from bench.study import appendix
 from bench.study import baselines
 from bench.study import depth
 from bench.study import findings
+from bench.study import engine
 from bench.study import plans
 from bench.study import recheck
 from bench.study import selection
@@ -27,7 +28,7 @@ from keras_largebatch.train import data
 
 
 def _records():
-    return sorted({p.record for p in plans.PLANS.values()})
+    return sorted({p.record for p in engine.PLANS.values()})
 
 
 @pytest.mark.parametrize("record", _records())
@@ -35,8 +36,8 @@ def test_every_recorded_run_is_regenerated_by_a_plan(record):
     path = os.path.join(records.RESULTS, record + ".json")
     runs = records.load(path)
     # The probes wait on their trajectory, which ran outside the record.
-    given = runs + [plans.TRAJECTORY]
-    planned = {runspec.run_key(s) for p in plans.PLANS.values()
+    given = runs + [engine.TRAJECTORY]
+    planned = {runspec.run_key(s) for p in engine.PLANS.values()
                if p.record == record for s in p.all_specs(given)}
     orphans = [runspec.run_key(r) for r in runs
                if runspec.run_key(r) not in planned]
@@ -48,14 +49,14 @@ def test_the_report_reads_the_records_its_plans_name(tmp_path):
     """Where the plans point the report (a record's name is the plan's):
     the compared plans' records feed the comparisons, each with its name;
     a retired record is one no plan writes."""
-    for plan, value in ((plans.DECISIVE, 0.5), (plans.LARS_VS_SGD, 0.6),
-                        (plans.SMOKE, 0.7)):
+    for plan, value in ((engine.PLANS["decisive"], 0.5), (engine.PLANS["lars_vs_sgd"], 0.6),
+                        (engine.PLANS["smoke"], 0.7)):
         spec = plan.all_specs()[0]
         records.save(plan.path(str(tmp_path)), [dict(spec, val_accuracy=value)])
     runs = selection.load_all(str(tmp_path))
     assert {(r["record"], r["val_accuracy"]) for r in runs} == {
         ("batch_scaling_study", 0.5), ("large_batch_study", 0.6)}
-    written = {p.record for p in plans.PLANS.values()}
+    written = {p.record for p in engine.PLANS.values()}
     assert not written & set(appendix.RETIRED)
 
 
@@ -69,13 +70,13 @@ def test_command_lines_are_those_the_recorded_runs_ran_with():
                     dataset="fashion_mnist", weight_decay="0.0005",
                     label_smoothing="0.1", bn_momentum="0.9", augment="none",
                     precision="float32", lr_scaling="none", verbose="0")
-    fixed = plans.fixed(1024, 0.8, [3])[0]
+    fixed = engine.fixed(1024, 0.8, [3])[0]
     assert _flags(runspec.command_line(fixed, "w")) == dict(
         workload, global_batch_size="1024", optimizer="sgd", epochs="24",
         warmup_epochs=str(24 / 18), base_learning_rate="0.8", seed="3",
         gradient_accumulation_steps="4", evals_per_epoch="4")
     # Today's defaults spelled out: from 512 at 4 x 0.2 (linear), c 4.
-    grown = plans.grown("start4_c4_linear_1024", 0.2, [7])[0]
+    grown = engine.grown("start4_c4_linear_1024", 0.2, [7])[0]
     assert _flags(runspec.command_line(grown, "w")) == dict(
         workload, global_batch_size="512", optimizer="sgd", epochs="24",
         warmup_epochs=str(24 / 18), base_learning_rate="0.8", seed="7",
@@ -83,7 +84,7 @@ def test_command_lines_are_those_the_recorded_runs_ran_with():
         adaptive_batch="noise_scale", noise_scale_multiple="4.0",
         adaptive_learning_rate="linear", adaptive_start_multiple="1",
         max_global_batch_size="1024")
-    probe = plans.probe(3, 1024, 2)
+    probe = engine.probe(3, 1024, 2)
     flags = _flags(runspec.command_line(probe, "w"))
     assert flags["init_weights"] == os.path.join(
         "w", "fixed_sgd_24_128_0.2_0_trajectory", "checkpoints",
@@ -95,16 +96,16 @@ def test_command_lines_are_those_the_recorded_runs_ran_with():
 
 
 def test_measuring_seeds_are_new_and_apart_from_the_choosing_ones():
-    decisive = plans.DECISIVE.all_specs()
+    decisive = engine.PLANS["decisive"].all_specs()
     assert {s["seed"] for s in decisive} == set(range(100, 110))
     arms = {(s["kind"], s["batch"], s["rate"]) for s in decisive}
     assert arms == {("grown", 128, 0.4), ("fixed", 1024, 0.8)}
     assert not set(plans.DEPTH_CHOOSE) & set(plans.DEPTH_MEASURE)
     assert min(plans.DEPTH_CHOOSE + plans.DEPTH_MEASURE) >= 100
-    for s in plans.DEPTH.all_specs():
+    for s in engine.PLANS["depth"].all_specs():
         assert s["seed"] in plans.DEPTH_CHOOSE
         assert s["workload"] == "resnet20_w16"
-    rates = {(s["optimizer"], s["batch"]) for s in plans.DEPTH.all_specs()}
+    rates = {(s["optimizer"], s["batch"]) for s in engine.PLANS["depth"].all_specs()}
     assert len(rates) == 9  # 3 optimizers x 128, 1,024, 4,096
 
 
@@ -118,11 +119,11 @@ def test_the_fixed_ramp_is_what_the_grown_runs_did_on_other_seeds():
               and r["variant"] == "default" and r["rate"] == 0.4
               and r["epochs"] == 24 and r["seed"] in range(5)]
     assert sorted(r["seed"] for r in source) == [0, 1, 2, 3, 4]
-    assert {plans.schedule_of(r["batch_per_epoch"]) for r in source} == {
+    assert {engine.schedule_of(r["batch_per_epoch"]) for r in source} == {
         plans.RAMP_SCHEDULE}
-    assert plans.schedule_of([512, 512, 1024, 1024, 2048]) == \
+    assert engine.schedule_of([512, 512, 1024, 1024, 2048]) == \
         "0:512,2:1024,4:2048"
-    seeds = {s["seed"] for s in plans.BASELINES.all_specs()}
+    seeds = {s["seed"] for s in engine.PLANS["baselines"].all_specs()}
     assert seeds == set(plans.DECISIVE_SEEDS)
     assert not seeds & {r["seed"] for r in source}
 
@@ -133,7 +134,7 @@ def test_the_baselines_command_lines_pass_the_commands_checks(tmp_path):
     the grown runs' rule, the others are fixed."""
     from keras_largebatch.train import config as train_config
 
-    specs = plans.BASELINES.all_specs()
+    specs = engine.PLANS["baselines"].all_specs()
     assert sorted({(s["kind"], s["batch"], s["rate"], s["epochs"])
                    for s in specs}) == [
         ("fixed", 512, 1.6, 24), ("fixed", 1024, 0.8, 36),
@@ -168,16 +169,16 @@ def test_the_best_rate_is_the_fewest_updates_then_the_higher_accuracy():
             _run(0.8, 100, 0.90, [(100, 0.88), (150, 0.90)]),
             _run(1.6, 100, 0.89, [(100, 0.89)])]
     # 0.90: 0.8 after 150 updates, 0.4 after 100 + 100 * 5 / 5.5 = 190.9.
-    assert plans.best_rate(runs, 0.90) == 0.8
+    assert engine.best_rate(runs, 0.90) == 0.8
     # 0.91 only 0.4 reaches (at 200 + ...: never, 0.905 < 0.91): a tie of
     # never, broken by the final accuracy.
-    assert plans.best_rate(runs, 0.91) == 0.4
+    assert engine.best_rate(runs, 0.91) == 0.4
     # The depth plan measures the best rate of seed 100 on seeds 101-103.
     swept = [dict(r, optimizer=o, batch=b, epochs=plans.DEPTH_EPOCHS)
              for o in plans.DEPTH_OPTIMIZERS
              for b in plans.DEPTH_BATCHES for r in runs + [
                  _run(3.2, 100, 0.5, [(100, 0.5)])]]
-    follow = list(plans.DEPTH.then(swept))
+    follow = list(engine.PLANS["depth"].then(swept))
     assert {(s["rate"], s["seed"]) for s in follow} == {
         (0.8, 101), (0.8, 102), (0.8, 103)}
 
@@ -189,28 +190,28 @@ def test_a_best_rate_at_the_sweeps_edge_extends_it_before_measuring():
                      epochs=plans.DEPTH_EPOCHS, optimizer="lamb_mixed",
                      batch=4096) for r in rates]
 
-    grid = plans.depth_rates("lamb_mixed", 4096)
+    grid = engine.depth_rates("lamb_mixed", 4096)
     # The lowest rate best: half of it on the choosing seed, nothing measured.
-    follow = list(plans.DEPTH.then(sweep(grid, grid[0])))
+    follow = list(engine.PLANS["depth"].then(sweep(grid, grid[0])))
     assert [s["seed"] for s in follow] == [100]
     assert follow[0]["rate"] == pytest.approx(grid[0] / 2)
     # The extended rate best again: half again (the extension already run
     # given again, so the record's runs all come from the plan); the
     # highest best: double it.
     lower = [grid[0] / 2] + grid
-    assert [s["rate"] for s in plans.DEPTH.then(sweep(lower, lower[0]))] \
+    assert [s["rate"] for s in engine.PLANS["depth"].then(sweep(lower, lower[0]))] \
         == pytest.approx([grid[0] / 2, grid[0] / 4])
-    assert [s["rate"] for s in plans.DEPTH.then(sweep(grid, grid[-1]))] \
+    assert [s["rate"] for s in engine.PLANS["depth"].then(sweep(grid, grid[-1]))] \
         == pytest.approx([grid[-1] * 2])
     # Bracketed: the best measured on the measuring seeds.
-    follow = list(plans.DEPTH.then(sweep(lower, grid[0])))
+    follow = list(engine.PLANS["depth"].then(sweep(lower, grid[0])))
     assert [s["seed"] for s in follow] == [100] + list(plans.DEPTH_MEASURE)
     assert [s["rate"] for s in follow] == pytest.approx(
         [grid[0] / 2] + [grid[0]] * len(plans.DEPTH_MEASURE))
     # At most DEPTH_EXTEND rates beyond the grid: then measured as it is.
     far = [grid[0] / 2 ** k for k in range(plans.DEPTH_EXTEND, 0, -1)] + grid
     # Each lower rate reaches the target sooner: the chain runs to its end.
-    follow = list(plans.DEPTH.then([
+    follow = list(engine.PLANS["depth"].then([
         dict(_run(r, 100, 0.93, [(100 * (i + 1), 0.91)]),
              epochs=plans.DEPTH_EPOCHS, optimizer="lamb_mixed", batch=4096)
         for i, r in enumerate(far)]))
@@ -219,7 +220,7 @@ def test_a_best_rate_at_the_sweeps_edge_extends_it_before_measuring():
     assert follow[-1]["rate"] == pytest.approx(far[0])
     # A rate off the chain (not an extension the rule gave) is not followed.
     stray = sweep(grid, grid[1]) + sweep([grid[0] / 8], grid[0] / 8)
-    assert {s["seed"] for s in plans.DEPTH.then(stray)} == set(
+    assert {s["seed"] for s in engine.PLANS["depth"].then(stray)} == set(
         plans.DEPTH_MEASURE)
 
 
@@ -236,8 +237,8 @@ def test_runs_waiting_on_others_start_in_the_same_call(tmp_path, monkeypatch):
         "'val_accuracy,val_loss,loss,images_per_sec\\n0.5,1,1,10\\n')\n")
     monkeypatch.setattr(runspec, "train_command",
                         lambda argv: [sys.executable, "-c", fake, *argv])
-    first = plans.fixed(32, 0.1, [0], epochs=1)[0]
-    second = plans.fixed(32, 0.2, [0], epochs=1)[0]
+    first = engine.fixed(32, 0.1, [0], epochs=1)[0]
+    second = engine.fixed(32, 0.2, [0], epochs=1)[0]
 
     def plan(runs):
         done = {runspec.run_key(r) for r in runs}
@@ -299,7 +300,7 @@ def test_runner_records_runs_with_their_machine_and_skips_them_again(tmp_path):
     # Its first epoch again at this code, compared with the record: the same
     # machine and code give the same numbers, bit for bit.
     key = next(runspec.run_key(r) for r in runs if r["kind"] == "fixed")
-    spec, fixed = recheck.find(plans.SMOKE, key, str(results))
+    spec, fixed = recheck.find(engine.PLANS["smoke"], key, str(results))
     assert fixed["code"]["versions"]["keras"]
     rows = recheck.rerun(spec, fixed, 1, str(tmp_path / "again"),
                          env=bench.environ())
@@ -366,9 +367,9 @@ def test_the_kills_program_starts_as_a_module_from_any_folder(tmp_path):
 
 
 def test_the_kills_plan_covers_every_setup_and_the_report_tabulates_it():
-    kills = plans.PLANS["kills"].all_specs()
+    kills = engine.PLANS["kills"].all_specs()
     assert len(kills) == plans.KILLS * (
-        len(plans.kills.SETUPS) + len(plans.FAULT_SETUPS))
+        len(engine.kills.SETUPS) + len(plans.FAULT_SETUPS))
     damaged = [s for s in kills if s.get("fault") == "damage"]
     assert {s["setup"] for s in damaged} == {"jax", "torch", "tensorflow"}
     # A damaged kill is its own run: its key differs from the plain kill's.
@@ -376,7 +377,7 @@ def test_the_kills_plan_covers_every_setup_and_the_report_tabulates_it():
     assert not plain & {runspec.run_key(s) for s in damaged}
     table = appendix.kill_lines()
     # The recorded campaign: every setup's kills resumed bit for bit.
-    for setup in plans.kills.SETUPS:
+    for setup in engine.kills.SETUPS:
         row = [line for line in table
                if line.startswith(f"| {setup} | none |")]
         assert len(row) == 1 and "| 10 | 10 |" in row[0]
@@ -393,7 +394,7 @@ def test_a_damaged_kill_truncates_or_deletes_the_newest_checkpoint_file(
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"x" * 100)
         os.utime(path, ns=(age * 10**9, age * 10**9))
-    did = plans.kills.damage(str(tmp_path), random.Random(0))
+    did = engine.kills.damage(str(tmp_path), random.Random(0))
     how, name = did.split(" ")
     assert name == os.path.join("backup", "within_epoch.json")
     newest = tmp_path / name
@@ -517,7 +518,7 @@ def test_the_ramp_finding_says_they_could_not_be_told_apart_without_verdict():
 def _depth_run(machine, optimizer, rate, seed, reach, final):
     """A ResNet-20 w16 run at 4,096: 0.95 after `reach` updates, or only
     0.85 (never 0.90) with `reach` None."""
-    spec = plans.fixed(4096, rate, [seed], epochs=plans.DEPTH_EPOCHS,
+    spec = engine.fixed(4096, rate, [seed], epochs=plans.DEPTH_EPOCHS,
                        optimizer=optimizer, workload="resnet20_w16")[0]
     return dict(spec, kind_of_machine=machine, record="lars_depth_study",
                 val_accuracy=final, train_loss_per_epoch=[1.0],
@@ -602,8 +603,8 @@ def test_the_default_row_is_the_plans_rate_10_run_at_4096():
                                       plans.DEPTH_EPOCHS)
     assert (rate, warmup) == (10.0, pytest.approx(12 * 5 / 42))
     sweep = [_depth_run(H200, "lars_mixed", r, 100, 100 if r == 20 else None,
-                        0.7) for r in plans.depth_rates("lars_mixed", 4096)]
-    (spec,) = plans.DEPTH.then(sweep)
+                        0.7) for r in engine.depth_rates("lars_mixed", 4096)]
+    (spec,) = engine.PLANS["depth"].then(sweep)
     assert runspec.run_key(spec) == runspec.run_key(dict(
         spec, rate=rate)) and spec["warmup_epochs"] == warmup
     found = depth.depth_findings(sweep + [dict(
@@ -648,7 +649,7 @@ def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
 
 def _short_run(seed=104):
     """A 1-epoch fixed run whose evaluations stopped a quarter short."""
-    spec = plans.fixed(32, 0.1, [seed], epochs=1)[0]
+    spec = engine.fixed(32, 0.1, [seed], epochs=1)[0]
     return dict(spec, val_accuracy=0.5, val_accuracy_per_epoch=[0.5],
                 num_train=10, evals=[[0.25, 0.25, 0.3], [0.5, 0.5, 0.4],
                                      [1.0, 0.75, 0.5]])
@@ -674,7 +675,7 @@ def test_the_short_h200_run_is_the_only_one_left_out_of_the_report():
     it has run again and been merged, the short record is kept under the
     record's `incomplete`.)"""
     key = "resnet20_w16|fixed|lars_mixed|12|4096|10|104|jax"
-    path = plans.MOMENTUM.path()
+    path = engine.PLANS["momentum"].path()
     (short,) = [r for r in records.load(path) + records.incomplete(path)
                 if runspec.run_key(r) == key and runspec.incomplete(r)]
     assert runspec.incomplete(short) == (
@@ -705,7 +706,7 @@ def test_a_short_run_runs_again_afresh_and_its_record_is_kept_aside(
         tmp_path, monkeypatch):
     _fake_command(monkeypatch)
     short = _short_run()
-    spec = plans.fixed(32, 0.1, [104], epochs=1)[0]
+    spec = engine.fixed(32, 0.1, [104], epochs=1)[0]
     record, work = str(tmp_path / "record.json"), str(tmp_path / "runs")
     records.save(record, [short])
     # Its folder holds the short run's files: set aside, not resumed.

@@ -10,6 +10,7 @@ from bench.core import runspec
 from bench.study import audit
 from bench.study import baselines
 from bench.study import momentum
+from bench.study import engine
 from bench.study import plans
 from bench.study import stats
 
@@ -21,7 +22,7 @@ STAMP = {CPU_TF: "2-core x86_64 CPU VM, no GPU (TensorFlow 2.21.0), 2026-11-29",
 def _nesterov(kind, warmup, rate, seed, reach, final=0.85):
     """A Nesterov run at 4,096: 0.95 after `reach` updates (None: never
     0.90)."""
-    spec = plans.nesterov(rate, warmup, [seed])[0]
+    spec = engine.nesterov(rate, warmup, [seed])[0]
     return dict(spec, machine=STAMP[kind], kind_of_machine=kind,
                 val_accuracy=final,
                 evals=[[0, reach or 150, 0.95 if reach else 0.85]])
@@ -35,7 +36,7 @@ def _sweep(kind, best, reach=100):
 
 
 def test_the_nesterov_sweep_is_both_warmups_by_five_rates_on_seed_100():
-    specs = plans.MOMENTUM.all_specs()
+    specs = engine.PLANS["momentum"].all_specs()
     sweep = [s for s in specs if s.get("variant", "").startswith("nesterov")]
     assert {(round(s["warmup_epochs"], 2), s["rate"]) for s in sweep} == {
         (w, r) for w in (1.43, 2.9) for r in (0.1, 0.2, 0.4, 0.8, 1.6)}
@@ -60,25 +61,25 @@ def test_layerwise_bests_are_chosen_on_the_measuring_kind_then_measured(
     lars = [_layerwise(CPU_TF, "lars_mixed", r, 100, reach)
             for r, reach in ((2.5, None), (5.0, 100), (10.0, 110))]
     lars.append(_layerwise(H200, "lars_mixed", 20.0, 100, 50))
-    assert plans.layerwise_best(lars, "lars_mixed", CPU_TF) == (5.0, None)
-    later = [s for s in plans.MOMENTUM.then(lars) if s["for_kind"] == CPU_TF]
+    assert engine.layerwise_best(lars, "lars_mixed", CPU_TF) == (5.0, None)
+    later = [s for s in engine.PLANS["momentum"].then(lars) if s["for_kind"] == CPU_TF]
     assert [(s["optimizer"], s["rate"], s["seed"]) for s in later] == [
         ("lars_mixed", 5.0, seed) for seed in range(101, 106)]
     # LAMBMixed best at the highest of its CPU rates: 2x beyond it first,
     # keyed by the backend it runs on.
     lamb = [_layerwise(CPU_TF, "lamb_mixed", r, 100, reach)
             for r, reach in ((0.016, 120), (0.032, 110), (0.064, 100))]
-    assert plans.layerwise_best(lamb, "lamb_mixed", CPU_TF) == (0.064, 0.128)
+    assert engine.layerwise_best(lamb, "lamb_mixed", CPU_TF) == (0.064, 0.128)
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
-    (extend,) = plans.MOMENTUM.then(lamb)
+    (extend,) = engine.PLANS["momentum"].then(lamb)
     assert (extend["rate"], extend["seed"], extend["run_backend"]) == (
         0.128, 100, "tensorflow")
     # Two rates on the kind: nothing chosen yet.
-    assert plans.layerwise_best(lamb[:2], "lamb_mixed", CPU_TF) == (None, None)
+    assert engine.layerwise_best(lamb[:2], "lamb_mixed", CPU_TF) == (None, None)
 
 
 def _layerwise(kind, optimizer, rate, seed, reach, final=0.91):
-    spec = plans.fixed(4096, rate, [seed], epochs=12, optimizer=optimizer,
+    spec = engine.fixed(4096, rate, [seed], epochs=12, optimizer=optimizer,
                        workload="resnet20_w16")[0]
     return dict(spec, machine=STAMP[kind], kind_of_machine=kind,
                 val_accuracy=final,
@@ -88,22 +89,22 @@ def _layerwise(kind, optimizer, rate, seed, reach, final=0.91):
 def test_the_best_is_chosen_within_one_machine_kind_and_extends_at_an_edge():
     best = (plans.MOMENTUM_WARMUPS[1], 0.4)
     cpu = _sweep(CPU_TF, best)
-    assert plans.momentum_best(cpu, CPU_TF) == (best, None)
+    assert engine.momentum_best(cpu, CPU_TF) == (best, None)
     # The same grid on the H200 with another best does not move the CPU's.
     h200 = _sweep(H200, (plans.MOMENTUM_WARMUPS[0], 0.8), reach=10)
-    assert plans.momentum_best(cpu + h200, CPU_TF) == (best, None)
+    assert engine.momentum_best(cpu + h200, CPU_TF) == (best, None)
     # Until the whole grid has run on the kind: nothing.
-    assert plans.momentum_best(cpu[:-1] + h200, CPU_TF) == (None, None)
+    assert engine.momentum_best(cpu[:-1] + h200, CPU_TF) == (None, None)
     # A best at the highest rate runs 2x beyond it first.
     edge = _sweep(CPU_TF, (plans.MOMENTUM_WARMUPS[0], 1.6))
-    assert plans.momentum_best(edge, CPU_TF)[1] == (plans.MOMENTUM_WARMUPS[0], 3.2)
+    assert engine.momentum_best(edge, CPU_TF)[1] == (plans.MOMENTUM_WARMUPS[0], 3.2)
 
 
 def test_the_plan_measures_the_best_on_seeds_101_to_105_once_chosen(
         monkeypatch):
     monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
     best = (plans.MOMENTUM_WARMUPS[0], 0.2)
-    later = plans.MOMENTUM.then(_sweep(CPU_TF, best))
+    later = engine.PLANS["momentum"].then(_sweep(CPU_TF, best))
     # The best at the shortest warmup: 2.9 bounds it, so it is measured,
     # and plain momentum at its warmup and rate beside it.
     assert [(s["seed"], s["rate"], s["variant"], s["for_kind"])
@@ -112,9 +113,9 @@ def test_the_plan_measures_the_best_on_seeds_101_to_105_once_chosen(
                                                 "momentum_w1.43")
                                 for seed in range(101, 106)]
     # Another kind's sweep: its seeds are that kind's, not started here.
-    h200 = plans.MOMENTUM.then(_sweep(H200, best))
+    h200 = engine.PLANS["momentum"].then(_sweep(H200, best))
     assert {s["for_kind"] for s in h200} == {H200}
-    assert not [s for s in plans.MOMENTUM.specs_here(_sweep(H200, best))
+    assert not [s for s in engine.PLANS["momentum"].specs_here(_sweep(H200, best))
                 if s["for_kind"] == H200]
 
 
@@ -125,7 +126,7 @@ def test_a_gpu_runs_the_whole_comparison_keyed_apart(monkeypatch):
     monkeypatch.setattr(provenance, "machine",
                         lambda backend=None: STAMP[H200])
     cpu = _sweep(CPU_TF, (plans.MOMENTUM_WARMUPS[1], 0.4))
-    here = plans.MOMENTUM.specs_here(cpu)
+    here = engine.PLANS["momentum"].specs_here(cpu)
     assert {s["for_kind"] for s in here} == {H200}
     assert sorted((s["rate"], round(s["warmup_epochs"], 2), s["run_backend"])
                   for s in here) == sorted(
@@ -135,7 +136,7 @@ def test_a_gpu_runs_the_whole_comparison_keyed_apart(monkeypatch):
     # Its sweep done on the GPU: its own best on its measuring seeds.
     gpu = [dict(r, run_backend="jax") for r in
            _sweep(H200, (plans.MOMENTUM_WARMUPS[0], 0.8))]
-    later = [s for s in plans.MOMENTUM.specs_here(cpu + gpu)
+    later = [s for s in engine.PLANS["momentum"].specs_here(cpu + gpu)
              if runspec.run_key(s) not in {runspec.run_key(r) for r in gpu}]
     assert [(s["seed"], s["rate"], s["run_backend"]) for s in later] == [
         (seed, 0.8, "jax") for _ in range(2) for seed in range(101, 106)]
@@ -155,10 +156,10 @@ def test_recorded_follow_ups_are_regenerated_under_any_backend(monkeypatch):
     for stamp in (STAMP[CPU_TF], STAMP[H200],
                   "2-core x86_64 CPU VM, no GPU (JAX 0.10.2), 2026-11-29"):
         monkeypatch.setattr(provenance, "machine", lambda b=None, s=stamp: s)
-        later = [s for s in plans.MOMENTUM.then(sweep + lamb)
+        later = [s for s in engine.PLANS["momentum"].then(sweep + lamb)
                  if s["for_kind"] == CPU_TF]
         keys[stamp] = sorted(runspec.run_key(s) for s in later)
-        here = plans.MOMENTUM.specs_here(sweep + lamb)
+        here = engine.PLANS["momentum"].specs_here(sweep + lamb)
         assert any(s.get("for_kind") == CPU_TF for s in here) == (
             stamp == STAMP[CPU_TF])
     assert len(set(map(tuple, keys.values()))) == 1
@@ -171,7 +172,7 @@ def test_recorded_follow_ups_are_regenerated_under_any_backend(monkeypatch):
 def _measured(kind, optimizer, rate, finals, variant=None, warmup=None):
     runs = []
     for seed, final in zip(plans.MOMENTUM_MEASURE, finals):
-        spec = plans.fixed(4096, rate, [seed], epochs=12, optimizer=optimizer,
+        spec = engine.fixed(4096, rate, [seed], epochs=12, optimizer=optimizer,
                            workload="resnet20_w16", warmup_epochs=warmup)[0]
         if variant:
             spec = dict(spec, variant=variant, flags=dict(nesterov="true"))
@@ -220,11 +221,14 @@ def test_the_report_compares_each_layerwise_optimizer_with_the_tuned_nesterov():
 def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
     assert plans.LINEAR_RAMP == "0:128,1:256,2:384,3:512,4:640,5:768,6:1024"
     # Megatron's formula at sample s: 128 + 128 * floor(s / (360000 / 7)).
-    assert plans.megatron_ramp(128, 128, 1024, 360000, 60000, 8) == \
+    assert engine.megatron_ramp(128, 128, 1024, 360000, 60000, 8) == \
         plans.LINEAR_RAMP
     # 3 increments of 64 over 100 samples, 50 an epoch: 64, 128, then 256.
-    assert plans.megatron_ramp(64, 64, 256, 100, 50, 4) == "0:64,1:128,2:256"
-    specs = plans.RAMPS.all_specs()
+    assert engine.megatron_ramp(64, 64, 256, 100, 50, 4) == "0:64,1:128,2:256"
+    assert engine.megatron_ramp(
+        plans.SMALL_BATCH, plans.SMALL_BATCH, 1024, 24 * plans.FASHION_TRAIN // 4,
+        plans.FASHION_TRAIN, 24) == plans.LINEAR_RAMP
+    specs = engine.PLANS["ramps"].all_specs()
     assert len(specs) == 30 and {s["seed"] for s in specs} == set(
         plans.DECISIVE_SEEDS)
     schedules = {s["variant"]: s["flags"]["batch_schedule"] for s in specs}
@@ -232,7 +236,7 @@ def test_the_unpeeked_ramps_are_megatrons_shape_and_the_doubling():
                          "doubling": "0:128,2:256,4:512,6:1024",
                          "start512": "0:512,6:1024"}
     # Their keys are apart from the peeked ramp's, which selects no variant.
-    peeked = {runspec.run_key(s) for s in plans.BASELINES.all_specs()}
+    peeked = {runspec.run_key(s) for s in engine.PLANS["baselines"].all_specs()}
     assert not peeked & {runspec.run_key(s) for s in specs}
     arms = [(n, sel) for n, sel, _ in baselines.BASELINE_ARMS
             if sel["kind"] == "ramp"]
@@ -249,10 +253,10 @@ def test_the_ramp_from_512_starts_where_the_defaults_start(tmp_path):
     from keras_largebatch.adaptive_batch import defaults
     from keras_largebatch.train import config as train_config
 
-    (spec,) = [s for s in plans.RAMPS.all_specs()
+    (spec,) = [s for s in engine.PLANS["ramps"].all_specs()
                if s["variant"] == "start512" and s["seed"] == 100]
     assert baselines.START == defaults.START_MULTIPLE * plans.SMALL_BATCH
-    assert plans.batch_steps(plans.START_RAMP)[0] == (0, baselines.START)
+    assert engine.batch_steps(plans.START_RAMP)[0] == (0, baselines.START)
     assert baselines.START_RATE == 1.6
     config = train_config.parse(
         ["prog"] + runspec.command_line(spec, str(tmp_path)))
@@ -392,16 +396,16 @@ def test_a_sweeps_extensions_stay_runs_of_the_plan_once_the_best_is_inside(
     base = [_layerwise(H200, "lars_mixed", r, 100, None, final)
             for r, final in ((20.0, 0.72), (40.0, 0.45), (80.0, 0.2),
                              (160.0, 0.21))]
-    assert plans.layerwise_best(base, "lars_mixed", H200) == (20.0, 10.0)
+    assert engine.layerwise_best(base, "lars_mixed", H200) == (20.0, 10.0)
     ten = _then_made(H200, "lars_mixed", 10.0, 127)
-    assert plans.layerwise_best(base + [ten], "lars_mixed", H200) == (
+    assert engine.layerwise_best(base + [ten], "lars_mixed", H200) == (
         10.0, 5.0)
     five = _then_made(H200, "lars_mixed", 5.0, 131)
     runs = base + [ten, five]
-    assert plans.layerwise_chain(runs, "lars_mixed", H200) == (
+    assert engine.layerwise_chain(runs, "lars_mixed", H200) == (
         (plans.MOMENTUM_WARMUPS[0], 10.0), None,
         [(plans.MOMENTUM_WARMUPS[0], 10.0), (plans.MOMENTUM_WARMUPS[0], 5.0)])
-    later = [(s["rate"], s["seed"]) for s in plans.MOMENTUM.then(runs)
+    later = [(s["rate"], s["seed"]) for s in engine.PLANS["momentum"].then(runs)
              if s["for_kind"] == H200 and s["optimizer"] == "lars_mixed"]
     assert later == [(10.0, 100), (5.0, 100)] + [
         (10.0, seed) for seed in plans.MOMENTUM_MEASURE]
@@ -409,7 +413,7 @@ def test_a_sweeps_extensions_stay_runs_of_the_plan_once_the_best_is_inside(
     # in the base makes 10 interior at once, with nothing to replay.
     untagged = base + [_layerwise(H200, "lars_mixed", r, 100, reach)
                        for r, reach in ((10.0, 127), (5.0, 131))]
-    assert plans.layerwise_chain(untagged, "lars_mixed", H200)[2] == []
+    assert engine.layerwise_chain(untagged, "lars_mixed", H200)[2] == []
 
 
 def test_the_depth_study_reads_its_own_runs_only():
@@ -421,7 +425,7 @@ def test_the_depth_study_reads_its_own_runs_only():
     base = [_layerwise(H200, "lars_mixed", r, 100, reach, 0.9)
             for r, reach in ((2.5, None), (5.0, 101), (10.0, 102))]
     grid = [_layerwise(H200, "lars_mixed", r, 100, None, 0.7 - r / 1000)
-            for r in plans.depth_rates("lars_mixed", 4096)]
+            for r in engine.depth_rates("lars_mixed", 4096)]
     own = grid + base
     before = depth.depth_best(own, 4096)["lars_mixed"]
     assert before == (5.0, None)
@@ -429,8 +433,8 @@ def test_the_depth_study_reads_its_own_runs_only():
     # stays 5, and its waiting runs do not change.
     theirs = [_then_made(H200, "lars_mixed", 10.0, 60)]
     assert depth.depth_best(own + theirs, 4096)["lars_mixed"] == before
-    assert [runspec.run_key(s) for s in plans.DEPTH.then(own + theirs)] == [
-        runspec.run_key(s) for s in plans.DEPTH.then(own)]
+    assert [runspec.run_key(s) for s in engine.PLANS["depth"].then(own + theirs)] == [
+        runspec.run_key(s) for s in engine.PLANS["depth"].then(own)]
 
 
 def test_each_machine_kind_is_its_own_comparison_the_decisive_first():
@@ -464,9 +468,9 @@ def _seed_100(specs, kind=H200):
     the grid too) on seed 100."""
     return sorted((round(s["warmup_epochs"], 2), s["rate"]) for s in specs
                   if s["for_kind"] == kind and s["seed"] == 100
-                  and s["optimizer"] == "sgd" and plans.momentum_key(
+                  and s["optimizer"] == "sgd" and engine.momentum_key(
                       s["warmup_epochs"], s["rate"]) not in
-                  plans.momentum_grid())
+                  engine.momentum_grid())
 
 
 def _measuring(specs, kind=H200):
@@ -483,19 +487,19 @@ def test_a_best_at_the_longest_warmup_runs_a_longer_warmup_first(
     plain momentum waits for the bracket."""
     monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
     grid = _sweep(H200, (2.9, 0.4))
-    chain = plans.momentum_chain(grid, H200)
+    chain = engine.momentum_chain(grid, H200)
     assert chain.grid_best == (2.9, 0.4) and chain.best == (2.9, 0.4)
     assert chain.next == [(5.8, 0.2), (5.8, 0.4), (5.8, 0.8)]
-    later = plans.MOMENTUM.then(grid)
+    later = engine.PLANS["momentum"].then(grid)
     assert _seed_100(later) == [(5.8, 0.2), (5.8, 0.4), (5.8, 0.8)]
     assert _measuring(later) == [("nesterov_w2.9", 0.4)]
     # The longer warmup loses (never 0.90): bracketed at 2.9, measured
     # there (once), and plain momentum at 2.9 and 0.4 beside it.
     lost = grid + _row(H200, 5.8, (0.2, 0.4, 0.8), {})
-    chain = plans.momentum_chain(lost, H200)
+    chain = engine.momentum_chain(lost, H200)
     assert (chain.best, chain.next) == ((2.9, 0.4), [])
     assert chain.ran == [(5.8, 0.2), (5.8, 0.4), (5.8, 0.8)]
-    later = plans.MOMENTUM.then(lost)
+    later = engine.PLANS["momentum"].then(lost)
     assert _measuring(later) == [("momentum_w2.9", 0.4),
                                  ("nesterov_w2.9", 0.4)]
     assert len([s for s in later if s["variant"] == "nesterov_w2.9"
@@ -509,16 +513,16 @@ def test_a_longer_warmup_that_wins_extends_until_a_worse_one_bounds_it(
     # 5.8 at 0.4 wins, interior along the rate: 9 epochs next (the cap),
     # at 0.4 and its neighbours.
     won = grid + _row(H200, 5.8, (0.2, 0.4, 0.8), {0.4: 110, 0.8: 120})
-    chain = plans.momentum_chain(won, H200)
+    chain = engine.momentum_chain(won, H200)
     assert chain.best == (5.8, 0.4)
     assert chain.next == [(9.0, 0.2), (9.0, 0.4), (9.0, 0.8)]
     # 9 loses: bracketed at 5.8; both Nesterov points and plain momentum
     # at 5.8 measured.
     bounded = won + _row(H200, 9.0, (0.2, 0.4, 0.8), {0.4: 150})
-    chain = plans.momentum_chain(bounded, H200)
+    chain = engine.momentum_chain(bounded, H200)
     assert (chain.grid_best, chain.best, chain.next) == (
         (2.9, 0.4), (5.8, 0.4), [])
-    later = plans.MOMENTUM.then(bounded)
+    later = engine.PLANS["momentum"].then(bounded)
     assert _seed_100(later) == sorted(
         (w, r) for w in (5.8, 9.0) for r in (0.2, 0.4, 0.8))
     assert _measuring(later) == [("momentum_w5.8", 0.4),
@@ -527,23 +531,23 @@ def test_a_longer_warmup_that_wins_extends_until_a_worse_one_bounds_it(
     # 9 wins: no longer warmup is tried (a quarter of the run left to
     # decay); measured at 9, its warmup bounded below only.
     capped = won + _row(H200, 9.0, (0.2, 0.4, 0.8), {0.4: 90})
-    chain = plans.momentum_chain(capped, H200)
+    chain = engine.momentum_chain(capped, H200)
     assert (chain.best, chain.next) == ((9.0, 0.4), [])
     # A longer row's best at its highest rate: 2x beyond it first.
     edge = grid + _row(H200, 5.8, (0.2, 0.4, 0.8), {0.8: 100})
-    assert plans.momentum_chain(edge, H200).next == [(5.8, 1.6)]
+    assert engine.momentum_chain(edge, H200).next == [(5.8, 1.6)]
     # The chain's runs are the plan's own: none is an orphan (the H200's
     # keyed by its backend).
     ran = [dict(r, run_backend="jax") for r in bounded]
-    keys = {runspec.run_key(s) for s in plans.MOMENTUM.all_specs(ran)}
+    keys = {runspec.run_key(s) for s in engine.PLANS["momentum"].all_specs(ran)}
     assert {runspec.run_key(r) for r in ran} <= keys
 
 
 def test_plain_momentum_is_the_same_run_without_nesterov(tmp_path):
     from keras_largebatch.train import config as train_config
 
-    (plain,) = plans.nesterov(0.4, 2.9, [101], on=False)
-    (nest,) = plans.nesterov(0.4, 2.9, [101])
+    (plain,) = engine.nesterov(0.4, 2.9, [101], on=False)
+    (nest,) = engine.nesterov(0.4, 2.9, [101])
     assert plain["variant"] == "momentum_w2.9"
     assert {k: v for k, v in plain.items() if k not in ("variant", "flags")} \
         == {k: v for k, v in nest.items() if k not in ("variant", "flags")}

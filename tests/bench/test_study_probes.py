@@ -5,7 +5,7 @@ the batch the defaults ask for from B_simple."""
 
 import pytest
 
-from bench.study import plans
+from bench.study import engine
 from bench.study import probes
 
 
@@ -87,7 +87,7 @@ def test_efficiency_is_the_small_batchs_examples_over_the_batchs(probe):
     # start: 1,024's 0.56 now lies between the start (0.58) and seed 1's
     # first point (0.50): 30,000 * 0.02 / 0.08 = 7,500 (0.125), and on seed
     # 2's, 30,000 * 0.02 / 0.06 = 10,000 (1/6).
-    start = dict(plans.probe(3, 128, 1, 1, start=True), val_loss=0.58,
+    start = dict(engine.probe(3, 128, 1, 1, start=True), val_loss=0.58,
                  examples=128,
                  start_val_loss=0.60, b_simple=float("nan"))
     again = probe.analyse([start, *a, *b, _large(1024, 0.56)])[3]
