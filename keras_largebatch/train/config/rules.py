@@ -182,12 +182,6 @@ RULES = (
               or not v["precise_bn_batches"],
               "1 with --precise_bn_batches (the evaluations within an "
               "epoch would read the moving averages)"),
-    # The evaluations' positions within an epoch are kept at epoch ends
-    # only.
-    _requires("checkpoint_every_steps", ("evals_per_epoch",),
-              lambda v: not v["checkpoint_every_steps"]
-              or v["evals_per_epoch"] == 1,
-              "0 with --evals_per_epoch above 1"),
     _requires("nesterov", ("optimizer", "momentum"),
               lambda v: not v["nesterov"] or (
                   v["optimizer"] in ("sgd", "lars", "lars_mixed")

@@ -340,8 +340,7 @@ TABLE = (
         'Also checkpoint within each epoch every N updates (optimizer '
         'steps), with the data position, into model_dir/backup: a killed run '
         'started again with the same command resumes there and loses at '
-        'most N updates (0: only at epoch ends). Not with '
-        '--evals_per_epoch above 1.',
+        'most N updates (0: only at epoch ends).',
          group='runtime', minimum=0, free=True, recorded=False),
     Flag('init_weights', 'string', None,
         "A .weights.h5 or .keras (e.g. another run's final.keras) of the "

@@ -42,7 +42,7 @@ TIMING = ("images_per_sec", "images_timed", "train_seconds_timed",
           "wall_seconds", "wall_seconds_now", "epochs_run_now")
 
 
-def _run(model_dir, cache, **switches):
+def _run(model_dir, cache, extra=(), **switches):
     env = dict(os.environ, KERAS_BACKEND=BACKEND)
     for name in SWITCHES:
         env.pop(name, None)
@@ -52,7 +52,7 @@ def _run(model_dir, cache, **switches):
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     proc = subprocess.run(
-        [sys.executable, SCRIPT, *ARGS, f"--model_dir={model_dir}"],
+        [sys.executable, SCRIPT, *ARGS, *extra, f"--model_dir={model_dir}"],
         env=env, capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -129,9 +129,11 @@ def _resumed(log):
 
 @pytest.fixture(scope="module")
 def command(tmp_path_factory):
-    """`run(model_dir, **switches)`: the command, its exit code and log."""
+    """`run(model_dir, extra=(), **switches)`: the command (`extra` after
+    `ARGS`), its exit code and log."""
     cache = tmp_path_factory.mktemp("compiled")
-    return lambda model_dir, **switches: _run(model_dir, cache, **switches)
+    return lambda model_dir, extra=(), **switches: _run(
+        model_dir, cache, extra, **switches)
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +192,22 @@ def test_sigterm_saves_at_the_next_step_says_where_and_resumes_there(
         f"epoch 2, step 4 (backup/within_epoch_002_000004.weights.h5) in "
         f"{model_dir}"], log[-3000:]
     code, log = command(model_dir)
+    assert code == 0, log[-3000:]
+    assert _resumed(log) == [("2", "4")], log[-3000:]
+    _assert_same_records(_records(model_dir), reference)
+
+
+def test_checkpoints_every_two_updates_resume_evaluations_within_epochs(
+        command, reference, tmp_path):
+    """--checkpoint_every_steps with --evals_per_epoch=2: killed after
+    micro-batch 4 of epoch 1 (from 0), past the evaluation after the
+    third, the run resumes at the checkpoint of update 4 and ends with the
+    records of an uninterrupted run without checkpoints."""
+    model_dir = tmp_path / "every_two"
+    every = ["--checkpoint_every_steps=2"]
+    code, log = command(model_dir, every, KILL_AT_EPOCH_STEP="1,4")
+    assert code == 9, log[-3000:]
+    code, log = command(model_dir, every)
     assert code == 0, log[-3000:]
     assert _resumed(log) == [("2", "4")], log[-3000:]
     _assert_same_records(_records(model_dir), reference)

@@ -97,13 +97,17 @@ def test_a_bad_checkpoint_every_steps_exits_2_with_one_line(
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_checkpoints_within_epochs_refuse_evaluations_within_epochs():
+def test_checkpoints_within_epochs_go_with_evaluations_and_top_k():
+    """Both kept within an epoch (the evaluations' position, each worker's
+    residuals): resumed there in test_kill_points.py and below."""
     from keras_largebatch.train import config as train_flags
 
-    with pytest.raises(ValueError, match="checkpoint_every_steps=2"):
-        train_flags.parse(["prog", "--model_dir=/tmp/x",
-                           "--checkpoint_every_steps=2",
-                           "--evals_per_epoch=2"])
+    parsed = train_flags.parse(["prog", "--model_dir=/tmp/x",
+                                "--checkpoint_every_steps=2",
+                                "--evals_per_epoch=2",
+                                "--distribution=multi_worker",
+                                "--compression=topk"])
+    assert parsed.runtime.checkpoint_every_steps == 2
     assert train_flags.BY_NAME["checkpoint_every_steps"].free
 
 
