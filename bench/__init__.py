@@ -5,9 +5,11 @@ bench.gpu_campaign ...` (the GPU check), `python -m bench.micro.<name>`
 
 A process that starts another bench module (`python -m bench...`) gives it
 `environ()`: the repository's root on `PYTHONPATH`, so the child imports
-this `bench` wherever it runs.
+this `bench` wherever it runs; a child that measures something prints it as
+its last `RESULT <json>` line (`say`, read by `heard`).
 """
 
+import json
 import os
 import sys
 
@@ -28,3 +30,15 @@ def environ(env=None):
         paths.append(ROOT)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
+
+
+def say(value):
+    """Prints `value` as a child's `RESULT <json>` line."""
+    print("RESULT " + json.dumps(value), flush=True)
+
+
+def heard(stdout):
+    """The value of the last `RESULT <json>` line of a child's `stdout`;
+    None where it printed none."""
+    lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(lines[-1][len("RESULT "):]) if lines else None

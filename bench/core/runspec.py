@@ -161,10 +161,9 @@ def collect(spec, directory, wall_seconds):
     none)."""
     if "module" in spec:
         with open(os.path.join(directory, "stdout.txt")) as f:
-            lines = [x for x in f.read().splitlines()
-                     if x.startswith("RESULT ")]
-        return dict(spec, result=json.loads(lines[-1][len("RESULT "):]),
-                    wall_seconds=round(wall_seconds, 1)) if lines else None
+            result = bench.heard(f.read())
+        return None if result is None else dict(
+            spec, result=result, wall_seconds=round(wall_seconds, 1))
     if "program" in spec:
         with open(os.path.join(directory, "result.json")) as f:
             return dict(spec, **json.load(f),

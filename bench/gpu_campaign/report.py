@@ -136,13 +136,7 @@ def _layers(layers):
     results = layers.get("results", {})
     jax = next((r for k, r in results.items() if k.startswith("jax|")),
                None)
-    for key, r in results.items():
-        lines.append(
-            f"| {key} | {r['device']} | {_number(r.get('first_step_s'))} | "
-            f"{r['images_per_s']:,.1f} | {_number(_ratio(r, jax), 3)} |")
-    for key, r in layers.get("failed", {}).items():
-        lines.append(f"| {key} | – | – | failed: "
-                     f"{r['error'].strip().splitlines()[-1][:200]} | – |")
+    lines += _items(layers, lambda key, r: [_ratio(r, jax)])
     lines += ["", "Targets (a JAX ratio only where both ran on the same "
               "GPU):"]
     for name, key in (("eager", "torch|v1|lars_mixed"),
@@ -155,8 +149,7 @@ def _layers(layers):
 def _cuda(cuda):
     """Part cuda's line: the device test's command, status and last line."""
     if cuda["failed"]:
-        error = next(iter(cuda["failed"].values()))["error"]
-        return f"failed: {error.strip().splitlines()[-1]}"
+        return f"failed: {_error(next(iter(cuda['failed'].values())))}"
     cuda = next(iter(cuda["results"].values()))
     if cuda.get("skipped"):
         return "Skipped (the smoke run without nvcc or the Eigen headers)."
@@ -175,16 +168,13 @@ def _compiled(compiled, eager):
              "| item | device | first step s | images/s | vs eager torch "
              "(part a) | vs JAX (part a) |", "|---|---|---|---|---|---|"]
     results = compiled.get("results", {})
-    for key, r in results.items():
+
+    def vs(key, r):
         _, model, optimizer, _ = key.split("|")
-        vs = [_number(_ratio(r, eager.get(f"{backend}|{model}|{optimizer}")), 3)
-              for backend in ("torch", "jax")]
-        lines.append(
-            f"| {key} | {r['device']} | {_number(r.get('first_step_s'))} | "
-            f"{r['images_per_s']:,.1f} | {vs[0]} | {vs[1]} |")
-    for key, r in compiled.get("failed", {}).items():
-        lines.append(f"| {key} | – | – | failed: "
-                     f"{r['error'].strip().splitlines()[-1][:200]} | – | – |")
+        return [_ratio(r, eager.get(f"{backend}|{model}|{optimizer}"))
+                for backend in ("torch", "jax")]
+
+    lines += _items(compiled, vs, columns=2)
     lso = results.get("torch|keras|lso_sgd|compiled")
     lars = results.get("torch|keras|lars_mixed|compiled")
     lines += ["", "Targets (ratios of images/s; a JAX ratio only where "
@@ -197,6 +187,24 @@ def _compiled(compiled, eager):
             f"compiled torch / JAX, {name} >= 0.9 (the moonshot)",
             _ratio(r, eager.get(f"jax|keras|{key}")), 0.9))
     return lines
+
+
+def _items(part, ratios, columns=1):
+    """The rows of part layers' or compiled's items: each item's device,
+    first step and images/s, and its `columns` `ratios(key, result)`; a
+    failed item's error (its last line)."""
+    lines = [f"| {key} | {r['device']} | {_number(r.get('first_step_s'))} | "
+             f"{r['images_per_s']:,.1f} | "
+             + " | ".join(_number(x, 3) for x in ratios(key, r)) + " |"
+             for key, r in part.get("results", {}).items()]
+    return lines + [f"| {key} | – | – | failed: {_error(r)[:200]} |"
+                    + " – |" * columns
+                    for key, r in part.get("failed", {}).items()]
+
+
+def _error(failed):
+    """A failed task's error, its last line."""
+    return failed["error"].strip().splitlines()[-1]
 
 
 def _ratio(r, base):

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+import bench
 from bench import ROOT
 
 # Part a's optimizers: the name a result records, and the optimizer's in
@@ -89,7 +90,7 @@ def main(argv=None):
         result, status = device_test(spec)
         if status:
             return 1  # Its statuses (3: a CUDA error) are not the runner's.
-        print("RESULT " + json.dumps(result), flush=True)
+        bench.say(result)
         return 0
     import keras
 
@@ -102,8 +103,7 @@ def main(argv=None):
         print(f"{backend} sees no GPU ({device})", file=sys.stderr)
         return NO_GPU
     measure = optimizer_step_ms if spec["part"] == "b" else train_images_per_s
-    print("RESULT " + json.dumps(dict(measure(spec), backend=backend,
-                                      device=device)), flush=True)
+    bench.say(dict(measure(spec), backend=backend, device=device))
     return 0
 
 

@@ -20,10 +20,8 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
-import bench
 from bench import micro
 
 BACKENDS = ("torch", "tensorflow", "jax")
@@ -78,19 +76,11 @@ def worker(backend, calls, warmup, out):
 
 def measure(backend, processes, calls, warmup):
     """{median_us, p90_us}: per call, of the slowest process."""
-    from keras_largebatch.distribute import localhost
-
-    tmp = tempfile.mkdtemp(prefix="bench_agreement_")
-    outs = [os.path.join(tmp, f"{i}.json") for i in range(processes)]
-    env = bench.environ(dict(os.environ, KERAS_BACKEND=backend,
-                             TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1"))
-    codes = localhost.run(
-        [bench.command("bench.micro.agreement", "--worker", backend,
-                       "--calls", calls, "--warmup", warmup, "--out", out)
-         for out in outs], 600, env=env)
-    if any(codes):
-        raise RuntimeError(f"{backend} workers failed: {codes}")
-    per_call = [max(c) for c in zip(*(json.load(open(o)) for o in outs))]
+    per_call = [max(c) for c in zip(*micro.workers(
+        "agreement", backend, processes,
+        lambda out: ("--worker", backend, "--calls", calls, "--warmup",
+                     warmup, "--out", out),
+        600, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1"))]
     deciles = statistics.quantiles(per_call, n=10)
     return dict(median_us=round(1e6 * statistics.median(per_call), 1),
                 p90_us=round(1e6 * deciles[-1], 1))

@@ -17,13 +17,10 @@ Writes `bench/results/allreduce.json` (or `--out`).
 import json
 import os
 import statistics
-import tempfile
 import time
 
 from keras_largebatch._shared import atomic_write
-from keras_largebatch.distribute import localhost
 
-import bench
 from bench import micro
 
 METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
@@ -31,18 +28,10 @@ METHODS = ["per tensor", "TF default", "TF 25 MB", "ours f32", "ours fp16",
 
 
 def _launch(n, mode, args):
-    tmp = tempfile.mkdtemp(prefix="bench_allreduce_")
-    outs = [os.path.join(tmp, f"{i}.json") for i in range(n)]
-    env = bench.environ(dict(os.environ, KERAS_BACKEND="tensorflow",
-                             TF_CPP_MIN_LOG_LEVEL="2"))
-    codes = localhost.run(
-        [bench.command("bench.micro.allreduce", "--mode", mode,
-                       "--args", json.dumps(dict(args, out=out)))
-         for out in outs],
-        900, env=env)
-    if any(codes):
-        raise RuntimeError(f"worker failed: {codes}")
-    return [json.load(open(o)) for o in outs]
+    return micro.workers(
+        "allreduce", "tensorflow", n,
+        lambda out: ("--mode", mode, "--args", json.dumps(dict(args, out=out))),
+        900, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def _slowest_ms(per_worker):

@@ -13,10 +13,8 @@ Prints a Markdown table and writes bench/results/noise_scale_cost.json (or
 """
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -111,19 +109,11 @@ def main():
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(measure_backend(args.steps, args.warmup,
+        return bench.say(measure_backend(args.steps, args.warmup,
                                          args.repeats, args.intervals,
-                                         args.models)))
-        return
-    results = {}
-    for backend in args.backends:
-        env = bench.environ(dict(os.environ, KERAS_BACKEND=backend,
-                                 TF_CPP_MIN_LOG_LEVEL="3"))
-        proc = subprocess.run(
-            bench.command("bench.micro.noise_scale_cost", "--child",
-                          *sys.argv[1:]),
-            env=env, capture_output=True, text=True, check=True)
-        results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
+                                         args.models))
+    results = {b: micro.child("noise_scale_cost", b, "--child", *sys.argv[1:])
+               for b in args.backends}
     print("| backend | model | params | step ms | every | with GNS ms | "
           "overhead (wall) | overhead (CPU) |")
     print("|---|---|---|---|---|---|---|---|")

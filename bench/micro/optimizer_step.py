@@ -12,11 +12,8 @@ Prints a Markdown table and writes bench/results/optimizer_step.json (or
 
 import argparse
 import functools
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import bench
@@ -195,22 +192,13 @@ def main():
 
     if args.child:
         backend, results = measure_backend(args.steps)
-        print("RESULT " + json.dumps({backend: results}))
-        return
+        return bench.say({backend: results})
 
     load_at_start = os.getloadavg()
     table = {}
     for backend in args.backends.split(","):
-        env = bench.environ(dict(os.environ, KERAS_BACKEND=backend,
-                                 TF_CPP_MIN_LOG_LEVEL="3"))
-        out = subprocess.run(
-            bench.command("bench.micro.optimizer_step", "--child", "--steps",
-                          args.steps),
-            env=env, capture_output=True, text=True, timeout=1800)
-        lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-        if out.returncode or not lines:
-            sys.exit(f"{backend} failed:\n{out.stderr[-3000:]}")
-        table.update(json.loads(lines[-1][len("RESULT "):]))
+        table.update(micro.child("optimizer_step", backend, "--child",
+                                 "--steps", args.steps, timeout=1800))
 
     names = [n for pair in PAIRS for n in pair]
     stamp = micro.stamp("optimizer_step", args.backends.split(","))

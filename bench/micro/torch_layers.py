@@ -22,10 +22,8 @@ Prints a Markdown table and writes `bench/results/torch_layers.json`.
 
 import argparse
 import collections
-import json
 import os
 import statistics
-import subprocess
 import time
 
 import bench
@@ -169,16 +167,8 @@ def torch_arm(size, batch, repeats):
 def jax_arm(size, batch, repeats):
     """Median seconds of a jitted forward+backward on JAX (a child
     process: one backend per process)."""
-    env = bench.environ(dict(os.environ, KERAS_BACKEND="jax"))
-    proc = subprocess.run(
-        bench.command("bench.micro.torch_layers", "--jax_child", "--size",
-                      size, "--batch", batch, "--repeats", repeats),
-        capture_output=True, text=True, env=env, cwd=bench.ROOT)
-    lines = [line for line in proc.stdout.splitlines()
-             if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"the JAX arm failed: {proc.stderr[-2000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return micro.child("torch_layers", "jax", "--jax_child", "--size", size,
+                       "--batch", batch, "--repeats", repeats)
 
 
 def jax_child(size, batch, repeats):
@@ -206,8 +196,7 @@ def jax_child(size, batch, repeats):
         start = time.perf_counter()
         jax.block_until_ready(step(trainable, frozen))
         times.append(time.perf_counter() - start)
-    print("RESULT " + json.dumps({"median_s": statistics.median(times),
-                                  "jax": jax.__version__}))
+    bench.say({"median_s": statistics.median(times), "jax": jax.__version__})
 
 
 def main():

@@ -1,8 +1,8 @@
 """The page's tables of the records no comparison reads: the backends'
 training speed (`backend_speed`), kill and resume (`kills`), and the
-retired studies' records (`RETIRED`), which no plan writes."""
+retired studies' records (`RETIRED`), which no plan writes, as frozen
+text."""
 
-import json
 import os
 
 from bench.core import records
@@ -11,36 +11,18 @@ from bench.study import engine
 from bench.study import show
 from bench.study import stats
 
-# Records of retired studies (no plan writes them), listed run by run with
-# the `SHOWN` fields they have.
-RETIRED = {
-    "study_backends": "training images/s per backend (now `backend_speed`)",
-    "adaptive_batch_study": "the grown batch's first study",
-    "adaptive_batch_study_8": "its c = 8 runs",
-    "adaptive_batch_seeds": "the previous defaults over seeds",
-    "noise_scale_sweeps": "the noise-scale study's fit-phase sweeps",
-    "large_batch_study_digits": "the study on scikit-learn's digits"}
-SHOWN = ("policy", "phase", "kind", "optimizer", "batch", "global_batch_size",
-         "start_batch", "max_batch", "epochs", "rate", "peak_learning_rate",
-         "lr_rule", "c", "seed", "updates", "val_accuracy", "backend",
-         "fixed 128", "fixed 1,024")
+# Records of retired studies: no plan writes them, so their tables on the
+# page are frozen text (`RETIRED_PAGE`), written once from these records.
+RETIRED = ("study_backends", "adaptive_batch_study", "adaptive_batch_study_8",
+           "adaptive_batch_seeds", "noise_scale_sweeps",
+           "large_batch_study_digits")
+RETIRED_PAGE = "retired_studies.md"
 
 
 def retired_lines(results=records.RESULTS):
-    """Each retired study's runs, one row each (`RETIRED`)."""
-    lines = []
-    for name, about in RETIRED.items():
-        with open(os.path.join(results, name + ".json")) as f:
-            record = json.load(f)
-        runs = record.get("runs") or record.get("results") or [
-            dict(v, backend=k) for k, v in record.get("images_per_sec", {}).items()]
-        fields = [k for k in SHOWN if runs and k in runs[0]]
-        lines += ["", f"### `{name}.json`: {about} ({record.get('machine', '?')})",
-                  "", "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
-        lines += ["| " + " | ".join(f"{r.get(k):.4g}" if isinstance(r.get(k), float)
-                                    else str(r.get(k, "–")) for k in fields) + " |"
-                  for r in runs]
-    return lines
+    """Each retired study's runs, one row each: `RETIRED_PAGE` as it is."""
+    with open(os.path.join(results, RETIRED_PAGE)) as f:
+        return [""] + f.read().splitlines()
 
 
 def speed_lines(results=records.RESULTS):

@@ -210,28 +210,22 @@ def baseline_lines(found):
     reach it and the ratio among those alone."""
     lines = []
     for f in found:
-        head = (f"- **The defaults (grown from 128 at 0.4) against "
-                f"{f['name']}** ({f['machine']}; seeds {SEEDS[0]}–{SEEDS[-1]}; n = "
-                f"{f['n'][0]} vs {f['n'][1]}")
-        if f["interim"]:
-            head += (f" of {f['planned'][1]} planned: interim, no verdicts "
-                     "until the plan's seeds have run")
+        claim = f"The defaults (grown from 128 at 0.4) against {f['name']}"
+        where = f"{f['machine']}; seeds {SEEDS[0]}–{SEEDS[-1]}; "
         if f["status"]:
-            lines.append(head + f"): {f['status']}.")
+            lines.append(show.finding(claim, where, f["n"], f["status"]))
             continue
-        res, acc = f["result"], f["result"]["accuracy"]
-        parts = [f"final accuracy {res['a']['mean']:.4f} vs "
-                 f"{res['b']['mean']:.4f}, difference "
-                 f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)} "
-                 f"**{acc['verdict']}**{show.holm_mark(acc)}"]
+        parts = [show.accuracy(f["result"])]
         for t in TARGETS:
-            x = res["targets"][t]
+            x = f["result"]["targets"][t]
             parts.append(
                 f"{show.target(t)}: updates ratio {show.interval(*x['ratio'], 3)} "
                 f"**{x['verdict']}**{show.holm_mark(x)}{show.rank(x)} (reached "
                 f"{x['a_reached']}/{f['n'][0]} "
                 f"vs {x['b_reached']}/{f['n'][1]}; among those, "
                 f"{show.interval(*x['reaching_ratio'], 3)})")
-        lines.append(head + f"; {f['chosen_on']}): " + "; ".join(parts) + "."
-                     + "".join(f" {f[k]}" for k in ("ramp", "rule") if f[k]))
+        lines.append(show.finding(
+            claim, where, f["n"], planned=f["interim"] and f["planned"][1],
+            how=f["chosen_on"], said="; ".join(parts))
+            + "".join(f" {f[k]}" for k in ("ramp", "rule") if f[k]))
     return lines

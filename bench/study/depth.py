@@ -142,16 +142,17 @@ def depth_finding_lines(found):
     where = found["machine_why"]
     for f in found["pairs"]:
         a, b = found["arms"][f["a"]], found["arms"][f["b"]]
-        head = (f"- **{f['claim']}** ({found['epochs']} epochs; seeds {seeds}; "
-                f"{found['machine'] or 'no machine yet'}; n = {f['n'][0]} vs "
-                f"{f['n'][1]}")
-        if f["status"] or f["result"] is None:
-            lines.append(head + f"): {f['status']}.")
+        place = (f"{found['epochs']} epochs; seeds {seeds}; "
+                 f"{found['machine'] or 'no machine yet'}; ")
+        # A pair without a result has a status (`depth_findings`).
+        if f["status"]:
+            lines.append(show.finding(f["claim"], place, f["n"], f["status"]))
             continue
-        lines.append(
-            head + f"; rates {a['rate']:.4g} and {b['rate']:.4g}, each its "
-            f"sweep's best on seed {plans.DEPTH_CHOOSE[0]}): "
-            + show.pair(f["result"], f["n"]) + f"{_few(f['n'])}.")
+        lines.append(show.finding(
+            f["claim"], place, f["n"], how=f"rates {a['rate']:.4g} and "
+            f"{b['rate']:.4g}, each its sweep's best on seed "
+            f"{plans.DEPTH_CHOOSE[0]}",
+            said=show.pair(f["result"], f["n"]) + _few(f["n"])))
     if found["machine"]:
         lines.append(f"  - Machine kind: {where}.")
     d = found["default"]

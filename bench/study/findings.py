@@ -144,25 +144,17 @@ def finding_lines(found, brief=False, targets=TARGETS):
     lines = []
     for f in found:
         res = f["result"]
-        a, b, acc = res["a"], res["b"], res["accuracy"]
-        head = (f"- **{f['claim']}** ({f['machine']}; n = {a['n']} vs "
-                f"{b['n']}): final accuracy {a['mean']:.4f} vs {b['mean']:.4f},"
-                f" difference "
-                f"{show.interval(acc['diff'], acc['low'], acc['high'], 4)}"
-                f" **{acc['verdict']}**{show.holm_mark(acc)}")
+        n = (res["a"]["n"], res["b"]["n"])
+        head = (f"- **{f['claim']}** ({f['machine']}; n = {n[0]} vs {n[1]}): "
+                + show.accuracy(res))
         per = []
         for t in targets:
             x = res["targets"][t]
             if not (x["a_reached"] or x["b_reached"]) or (brief and t != 0.90):
                 continue
-            per.append(
-                f"{t}: reached {x['a_reached']}/{a['n']} vs "
-                f"{x['b_reached']}/{b['n']} (Fisher p = {x['fisher_p']:.3f}), "
-                f"median updates {show.interval(*x['a_median'])} vs "
-                f"{show.interval(*x['b_median'])}, ratio "
-                f"{show.interval(*x['ratio'], 3)} **{x['verdict']}**{show.holm_mark(x)}"
-                f"{show.rank(x)} (among the seeds that reach it: "
-                f"{show.interval(*x['reaching_ratio'], 3)})")
+            per.append(f"{t}: {show.reach(x, n)}, {show.updates(x)} (among "
+                       "the seeds that reach it: "
+                       f"{show.interval(*x['reaching_ratio'], 3)})")
         if brief:
             lines.append(head + "".join(f"; {p}" for p in per) + ".")
         else:

@@ -171,24 +171,21 @@ def momentum_lines(found):
         head += "."
     lines = [head]
     for f in found["pairs"]:
-        line = (f"- **{f['claim']}** (seeds {seeds[0]}–{seeds[-1]}; "
-                f"n = {f['n'][0]} vs {f['n'][1]}")
+        where = f"seeds {seeds[0]}–{seeds[-1]}; "
         if f["status"]:
-            lines.append(line + f"): {f['status']}.")
+            lines.append(show.finding(f["claim"], where, f["n"], f["status"]))
             continue
-        if f["interim"]:
-            line += (f" of {len(seeds)} planned: interim, no verdicts until "
-                     "the plan's seeds have run")
         if f["b"] == "plain":
-            line += (f"; both at {found['nesterov_at'][1]:g}, warmup "
-                     f"{found['nesterov_at'][0]:.3g} epochs, Nesterov's "
-                     "bracketed best on seed "
-                     f"{plans.DEPTH_CHOOSE[0]}")
+            how = (f"both at {found['nesterov_at'][1]:g}, warmup "
+                   f"{found['nesterov_at'][0]:.3g} epochs, Nesterov's "
+                   f"bracketed best on seed {plans.DEPTH_CHOOSE[0]}")
         else:
-            line += (f"; {NAMES[f['a']]} at {found['rates'][f['a']][0]:g}, "
-                     f"its best on seed {plans.DEPTH_CHOOSE[0]} on that kind;"
-                     f" Nesterov SGD at {_at(found)}")
-        lines.append(line + "): " + show.pair(f["result"], f["n"]) + ".")
+            how = (f"{NAMES[f['a']]} at {found['rates'][f['a']][0]:g}, its "
+                   f"best on seed {plans.DEPTH_CHOOSE[0]} on that kind; "
+                   f"Nesterov SGD at {_at(found)}")
+        lines.append(show.finding(
+            f["claim"], where, f["n"], planned=f["interim"] and len(seeds),
+            how=how, said=show.pair(f["result"], f["n"])))
     return lines
 
 
