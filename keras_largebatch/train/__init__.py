@@ -40,6 +40,14 @@ PROG = "keras-largebatch-train"
 INTERRUPTED = 130
 TERMINATED = 143
 
+HELP = ("--help", "-help", "-h", "-?", "--helpshort")
+
+
+def asks_for_help(argv):
+    """Whether the command line `argv` (argv[0] the program) asks for
+    `--help`, which `cli` answers from the flags' declarations alone."""
+    return any(arg in HELP for arg in argv[1:])
+
 
 def stop_while_starting():
     """Until the driver takes them over: SIGINT and SIGTERM end the

@@ -18,7 +18,8 @@ import's traceback (`train.stop_while_starting`, which the package's `__init__`
 calls first in the command's own process; then `run.interrupt`).
 
 This module imports nothing of Keras; the package's `__init__` must not
-either where the chosen backend is missing, or nothing here runs.
+either where the chosen backend is missing, or nothing here runs, nor for
+`--help` (`train.asks_for_help`), so that it answers at once.
 """
 
 import os
@@ -30,8 +31,6 @@ from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
 from keras_largebatch.train import TERMINATED
 from keras_largebatch.train.config.help import help_text
-
-HELP = ("--help", "-help", "-h", "-?", "--helpshort")
 
 
 def run(argv=None):
@@ -53,7 +52,7 @@ def end(code):
 def main(argv):
     """`--help`, or the backend check, then the driver's `main(argv)`;
     returns the exit code."""
-    if any(a in HELP for a in argv[1:]):
+    if train.asks_for_help(argv):
         print(help_text(PROG))
         return 0
     problem = _backend.missing()

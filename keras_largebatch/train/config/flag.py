@@ -12,7 +12,7 @@ absl kind follows from the type: `integer`, `float`, `boolean`, `enum` (a
 
 import dataclasses
 
-RULES = "flag"  # The key of a field's metadata that holds its rules.
+KEY = "flag"  # The key of the field metadata that holds the rules.
 KINDS = {int: "integer", float: "float", bool: "boolean", str: "string"}
 
 
@@ -23,7 +23,7 @@ def declare(default, help, *, values=(), minimum=None, valid=None,
     rules = dict(help=help, values=values, minimum=minimum, valid=valid,
                  free=free, raise_only=raise_only, recorded=recorded,
                  grammar=grammar)
-    return dataclasses.field(default=default, metadata={RULES: rules})
+    return dataclasses.field(default=default, metadata={KEY: rules})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Flag:
     @classmethod
     def of(cls, field, group):
         """The flag that `field` of the part `group` declares."""
-        rules = field.metadata[RULES]
+        rules = field.metadata[KEY]
         grammar = rules["grammar"]
         held = field.default
         kind = ("enum" if rules["values"] else KINDS[

@@ -186,6 +186,21 @@ def test_config_and_help_import_no_keras_backend_or_recipe():
     assert proc.stdout == flags.help_text("keras-largebatch-train") + "\n"
 
 
+def test_the_commands_help_imports_no_keras_with_a_backend_installed():
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_largebatch.train.cli", "--help"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == flags.help_text("keras-largebatch-train") + "\n"
+    imported = {line.rsplit("|", 1)[-1].strip()
+                for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "keras_largebatch.train.config" in imported
+    assert not imported & {"keras", "tensorflow", "jax", "torch",
+                           "keras_largebatch.train.recipe"}
+
+
 def test_batch_schedule_is_parsed_once_into_epoch_batch_pairs(tmp_path):
     config = flags.parse(
         ["prog", f"--model_dir={tmp_path}", "--epochs=3",
@@ -259,7 +274,7 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
     write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
     assert now == migration.upgrade(json.loads(text))
-    assert set(now) - set(json.loads(text)) == {
+    assert set(now) - set(json.loads(text)) >= {
         "adaptive_start_multiple", "adaptive_anneal_fraction",
         "adaptive_anneal_multiple", "nesterov"}
     record = load.recorded_run(str(model_dir))
@@ -270,6 +285,10 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
                                                                     True)
     with pytest.raises(resume.ResumeError, match="`momentum` differs"):
         resume.check(str(model_dir), recorded("--epochs=1", "--momentum=.8"),
+                     record, flags.FREE + flags.RAISABLE)
+    # A flag newer than the run took its default there.
+    with pytest.raises(resume.ResumeError, match="`nesterov` differs"):
+        resume.check(str(model_dir), recorded("--epochs=1", "--nesterov"),
                      record, flags.FREE + flags.RAISABLE)
 
 
