@@ -208,6 +208,11 @@ RULES = (
                   and v["momentum"] > 0),
               "false unless --optimizer is sgd, lars or lars_mixed with "
               "--momentum > 0 (LAMB has no Nesterov step)"),
+    _requires("zero_init_residual", ("model",),
+              lambda v: not v["zero_init_residual"]
+              or v["model"] in ("resnet50", "resnet50_v1_5"),
+              "false unless --model is resnet50 or resnet50_v1_5 (the "
+              "blocks that take it)"),
     Rule(("init_weights",), _init_weights_is_a_file),
     Rule(("model_dir",), _model_dir_is_given),
     _requires("warmup_epochs", ("epochs",),

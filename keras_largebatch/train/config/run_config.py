@@ -118,6 +118,12 @@ class NetworkConfig:
         "A .weights.h5 or .keras (e.g. another run's final.keras) of the "
         'same architecture; the classifier is skipped when the number of '
         'classes differs (fine-tuning).')
+    zero_init_residual: bool = declare(
+        False,
+        'resnet50 and resnet50_v1_5: start the last batch norm of each '
+        'residual block at gamma 0, so that each block begins as the '
+        "identity (Goyal et al.'s large-batch ImageNet recipe, "
+        'arXiv:1706.02677).')
 
 
 @dataclasses.dataclass(frozen=True)
