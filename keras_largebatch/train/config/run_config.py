@@ -8,7 +8,10 @@ rules. The group's docstring is its line in `--help` (`table.GROUPS`).
 Everything else about the flags is read from these fields (`table.TABLE`):
 the absl flags, the checks, the resume rules, `--help`, the table in
 docs/training.md and `run_config.json`. Adding a flag is one field here
-and the code that reads it.
+and the code that reads it (with a rule in `rules.py` where its check
+reads other flags too), then the docs' table printed again (`python -m
+keras_largebatch.train.config.help`); a run recorded before it resumes
+with its default (`migration.upgrade`).
 
 The driver (`run/driver.py`) holds the whole config and hands each builder
 the groups it reads (`config.training`, `config.adaptive`, ...). A flag

@@ -9,7 +9,9 @@ Each flag is declared once, as a field of a `RunConfig` group
 - `load.py`: the absl flags (`define_flags`), the one order of precedence
   (`resolve`: default < the recorded run < the command line) and the
   values turned into the checked `RunConfig` (`config`);
-- `help.py`: `--help` and the table in docs/training.md.
+- `help.py`: `--help` and the table in docs/training.md;
+- `migration.py`: a flag that an older run did not record takes its
+  default.
 """
 
 import dataclasses
