@@ -20,7 +20,9 @@ __version__ = "0.1.0"
 
 # The command `keras-largebatch-train` (or `python -m
 # keras_largebatch.train.cli`): Ctrl-C or SIGTERM while Keras is imported
-# ends it with one line (train/cli.py), not an import's traceback.
+# ends it with one line (train/cli.py), not an import's traceback; its
+# `--help` is answered from the flags' declarations, with no Keras imported.
+_HELP = False
 if any(_os.path.basename(arg) in ("keras-largebatch-train",
                                   "keras_largebatch.train.cli")
        for arg in getattr(_sys, "orig_argv", [])[1:4]):
@@ -28,6 +30,7 @@ if any(_os.path.basename(arg) in ("keras-largebatch-train",
     from keras_largebatch import train as _train
 
     _train.stop_while_starting()
+    _HELP = _train.asks_for_help(_sys.argv)
 
 _MISSING = _backend.missing()
 if _MISSING:
@@ -36,7 +39,7 @@ if _MISSING:
     # of the package raises that line.
     def __getattr__(name):
         raise ImportError(_MISSING)
-else:
+elif not _HELP:
     from keras_largebatch import api_export as _api_export
     from keras_largebatch.adaptive_batch import AdaptiveBatch
     from keras_largebatch.decay import exclude_bias_and_norm
@@ -81,7 +84,7 @@ def _map_applications():
     spec.loader.exec_module(module)
 
 
-if not _MISSING:
+if not (_MISSING or _HELP):
     _map_applications()
     # Registers the applications' layers (`keras_largebatch>PadChannels`),
     # so a model that uses them loads after `import keras_largebatch` alone.

@@ -46,7 +46,22 @@ References:
       Algorithm for Distributed Training", arXiv:2007.05105.
 """
 
-from keras_largebatch.adaptive_batch.callback import AdaptiveBatch
-from keras_largebatch.adaptive_batch.policies import POLICIES
-from keras_largebatch.adaptive_batch.rules import RULES
-from keras_largebatch.schedules import ScaledLearningRate
+import importlib
+
+# Imported on first use, so that the registries and defaults (`policies`,
+# `rules`, `defaults`: the command's flags read them) need no Keras.
+_PUBLIC = {
+    "AdaptiveBatch": "keras_largebatch.adaptive_batch.callback",
+    "POLICIES": "keras_largebatch.adaptive_batch.policies",
+    "RULES": "keras_largebatch.adaptive_batch.rules",
+    "ScaledLearningRate": "keras_largebatch.schedules",
+}
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["AdaptiveBatch", "POLICIES", "RULES", "ScaledLearningRate"]

@@ -15,8 +15,6 @@ References:
 
 import math
 
-import keras
-
 from keras_largebatch._shared import registrar
 from keras_largebatch.adaptive_batch import defaults
 
@@ -62,6 +60,8 @@ class Auto(Rule):
     name = "auto"
 
     def resolve(self, optimizer):
+        import keras  # Here: the command's flags read `RULES` without it.
+
         if isinstance(optimizer, keras.optimizers.SGD):
             return RULES[defaults.AUTO_RULE_FOR_SGD]
         return RULES[defaults.AUTO_RULE_OTHERWISE]

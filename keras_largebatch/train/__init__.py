@@ -1,13 +1,14 @@
 """The `keras-largebatch-train` command, a room per concept:
 
-    cli.py          the one door (`run()`): `--help` (`config/help.txt`,
-                    generated) and the backend check before Keras is
+    cli.py          the one door (`run()`): `--help` (from the flags'
+                    declarations) and the backend check before Keras is
                     imported
     main.py         the driver's old address (`main.main`, `main.parse`),
                     kept for code written against it; no logic of its own
-    config/         the flags: one table (the one source of every default),
-                    the typed `RunConfig`, the rules, `parse` and `resolve`
-                    (default < recorded run < command line), older runs
+    config/         the flags: the typed `RunConfig`, each flag declared once
+                    as its field (default, help, checks, resume rules), the
+                    rules, `parse` and `resolve` (default < recorded run <
+                    command line), older runs; no Keras at import
     run/            the driver (place, prepare, train or evaluate), devices
                     and processes, fit's callbacks, divergence, signals, the
                     banner
@@ -38,6 +39,14 @@ PROG = "keras-largebatch-train"
 # them (`run/interrupt.py`).
 INTERRUPTED = 130
 TERMINATED = 143
+
+HELP = ("--help", "-help", "-h", "-?", "--helpshort")
+
+
+def asks_for_help(argv):
+    """Whether the command line `argv` (argv[0] the program) asks for
+    `--help`, which `cli` answers from the flags' declarations alone."""
+    return any(arg in HELP for arg in argv[1:])
 
 
 def stop_while_starting():

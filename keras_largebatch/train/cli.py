@@ -2,13 +2,10 @@
 what it answers before Keras is imported.
 
 Importing Keras fails with a long traceback where its chosen backend is
-not installed (`_backend`). So `run()` answers `--help` from
-`config/help.txt` (the text `config.help.help_text` renders, written by
-`config.help.write_help_page()`, kept equal to it by a test;
-the flag table itself takes its choices from registries that import
-Keras: the adaptive batch's rules, the data sets) and checks that the
-chosen backend is installed, both without Keras, before handing the
-command line to the driver (`run.driver.main`):
+not installed (`_backend`). So `run()` answers `--help` from the flags'
+declarations (`config.help.help_text`; `config/` imports no Keras) and
+checks that the chosen backend is installed, both without Keras, before
+handing the command line to the driver (`run.driver.main`):
 
     keras-largebatch-train --help       # exit 0, with or without a backend
     keras-largebatch-train ...          # backend missing: one line, exit 2
@@ -21,7 +18,8 @@ import's traceback (`train.stop_while_starting`, which the package's `__init__`
 calls first in the command's own process; then `run.interrupt`).
 
 This module imports nothing of Keras; the package's `__init__` must not
-either where the chosen backend is missing, or nothing here runs.
+either where the chosen backend is missing, or nothing here runs, nor for
+`--help` (`train.asks_for_help`), so that it answers at once.
 """
 
 import os
@@ -32,9 +30,7 @@ from keras_largebatch import train
 from keras_largebatch.train import INTERRUPTED
 from keras_largebatch.train import PROG
 from keras_largebatch.train import TERMINATED
-
-HELP = ("--help", "-help", "-h", "-?", "--helpshort")
-HELP_PAGE = os.path.join(os.path.dirname(__file__), "config", "help.txt")
+from keras_largebatch.train.config.help import help_text
 
 
 def run(argv=None):
@@ -53,18 +49,11 @@ def end(code):
     sys.exit(code)
 
 
-def saved_help():
-    """`--help`'s text, from `config/help.txt`: read as a file, for the
-    `config` package imports Keras."""
-    with open(HELP_PAGE, encoding="utf-8") as f:
-        return f.read()
-
-
 def main(argv):
     """`--help`, or the backend check, then the driver's `main(argv)`;
     returns the exit code."""
-    if any(a in HELP for a in argv[1:]):
-        print(saved_help(), end="")
+    if train.asks_for_help(argv):
+        print(help_text(PROG))
         return 0
     problem = _backend.missing()
     if problem:

@@ -1,19 +1,20 @@
-"""The flags of `keras-largebatch-train`: one table, and the config it
-defines.
+"""The flags of `keras-largebatch-train`: each declared once, as a field of
+the config it defines; no Keras and no backend at import.
 
-`table` (`TABLE`: each flag once, with its type, default, help, group and
-resume rules; the one source of every default), `run_config` (the frozen,
-typed `RunConfig`, a part per group, its fields written out and their
-defaults read from the table), `rules` (the checks of the values, alone
-and together), `load` (the command line and the run recorded in
-`model_dir`, each read once; `resolve`, the one order of precedence:
-default < the recorded run < the command line),
-`migration` (runs recorded by older versions, in today's flags),
-`batch_schedule` (`--batch_schedule`'s grammar) and `help` (`--help` and
-the table of docs/training.md:
+`run_config` (the frozen, typed `RunConfig`, a part per group, each flag
+a field that declares its type, default, help, checks and resume rules
+through `flag.declare`; `choices` the choices and bounds they name),
+`table` (`TABLE`: the flags' `Flag` records, read from those fields),
+`rules` (the checks of the values, alone and together), `load` (the
+command line and the run recorded in `model_dir`, each read once;
+`resolve`, the one order of precedence: default < the recorded run < the
+command line), `migration` (runs recorded by older versions, in today's
+flags), `batch_schedule` (`--batch_schedule`'s grammar) and `help`
+(`--help` and the table of docs/training.md:
 `python -m keras_largebatch.train.config.help` prints it).
 """
 
+from keras_largebatch.train.config.flag import Flag
 from keras_largebatch.train.config.help import help_text
 from keras_largebatch.train.config.help import markdown
 from keras_largebatch.train.config.load import config
@@ -31,7 +32,6 @@ from keras_largebatch.train.config.table import GROUPS
 from keras_largebatch.train.config.table import RAISABLE
 from keras_largebatch.train.config.table import RECORDED
 from keras_largebatch.train.config.table import TABLE
-from keras_largebatch.train.config.table import Flag
 
 __all__ = ["BY_NAME", "FREE", "Flag", "GROUPS", "RAISABLE", "RECORDED",
            "RULES", "RunConfig", "TABLE", "check", "check_after_resume",

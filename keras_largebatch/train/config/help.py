@@ -1,16 +1,13 @@
 """The flags of `table.TABLE` for a reader: `help_text`, the command's
-`--help` (kept in `config/help.txt` for a Python without Keras:
-`write_help_page`), and `markdown`, the flag table of docs/training.md (a
-test compares the two), which
+`--help` (computed from the declarations, without Keras: `cli` prints
+it), and `markdown`, the flag table of docs/training.md (a test compares
+the two), which
 
     python -m keras_largebatch.train.config.help
 
 prints.
 """
 
-import os
-
-from keras_largebatch.train import PROG
 from keras_largebatch.train.config.table import GROUPS
 from keras_largebatch.train.config.table import TABLE
 
@@ -61,14 +58,6 @@ def markdown():
         rows.append(f"| `--{flag.name}` | `{default}` | {change} | "
                     f"{flag.help} |")
     return "\n".join(rows) + "\n"
-
-
-def write_help_page():
-    """Writes `config/help.txt` from `help_text` (`cli` prints it without
-    importing Keras)."""
-    path = os.path.join(os.path.dirname(__file__), "help.txt")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(help_text(PROG) + "\n")
 
 
 if __name__ == "__main__":

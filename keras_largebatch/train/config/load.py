@@ -21,7 +21,6 @@ from absl import app
 from absl import flags
 
 from keras_largebatch.train import layout
-from keras_largebatch.train.checkpointing import resume
 from keras_largebatch.train.config import migration
 from keras_largebatch.train.config import rules
 from keras_largebatch.train.config.run_config import RunConfig
@@ -114,6 +113,8 @@ def recorded_run(model_dir, mode="train"):
     None for none): its run_config.json, its fields of the flags' types
     (`rules.check_recorded`), in today's flags, and its raises of
     --epochs. Under `--mode=eval` a run is required."""
+    from keras_largebatch.train.checkpointing import resume  # Imports Keras.
+
     path = os.path.join(model_dir or "", layout.RUN_CONFIG)
     if mode == "eval" and not (model_dir and os.path.isfile(path)):
         raise ValueError(

@@ -6,12 +6,16 @@ in today's flags: it resumes with the defaults it was started with, which
 the flags left out of the command take (`CHANGED_DEFAULTS`, through
 `load.resolve`), so the same command line goes on with the same
 decisions. Likewise a run recorded before `--adaptive_anneal_fraction`
-existed resumes without an anneal, and one recorded before `--nesterov`
-without Nesterov.
+existed resumes without an anneal. Any other flag that a run did not
+record is newer than the run and takes its default, which a flag is added
+with so that it changes nothing (`--nesterov`: no Nesterov): so adding a
+flag needs no entry here, and resuming such a run with another value of
+it is refused as any change is.
 """
 
 from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
 from keras_largebatch.adaptive_batch import policies as adaptive_policies
+from keras_largebatch.train.config.table import TABLE
 
 
 # The flags whose meaning of a default changed with the adaptive batch's
@@ -24,16 +28,25 @@ ANNEAL_MARKER = "adaptive_anneal_fraction"  # absent: recorded before it
 
 
 def upgrade(original):
-    """`original` (a run_config.json) in today's flags: one recorded
+    """`original` (a run_config.json) in today's flags: the adaptive
+    batch's defaults it ran with (`previous_adaptive_defaults`), then the
+    default of each recorded flag it lacks."""
+    upgraded = previous_adaptive_defaults(original)
+    for flag in TABLE:
+        if flag.recorded:
+            upgraded.setdefault(flag.name, flag.default)
+    return upgraded
+
+
+def previous_adaptive_defaults(original):
+    """`original` with the adaptive batch's flags it ran with: one recorded
     before `MARKER` existed gets the adaptive batch's previous defaults
     (`adaptive_batch.defaults.PREVIOUS`): no start multiple, `auto` as it
     resolved then, and for a run without a noise-scale policy the
     multiple it could not set (today's default); one recorded before
     `ANNEAL_MARKER` existed gets no anneal (a policy with a schedule, which
-    takes none, today's defaults); one recorded before `--nesterov` existed
-    ran without Nesterov."""
+    takes none, today's defaults)."""
     upgraded = dict(original)
-    upgraded.setdefault("nesterov", False)
     policy = adaptive_policies.POLICIES.get(original.get("adaptive_batch"))
     if ANNEAL_MARKER not in original:
         grows = policy is not None and not policy.takes_schedule

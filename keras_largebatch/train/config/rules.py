@@ -6,7 +6,9 @@ recorded run's run_config.json against their flags' types
 (`check_recorded`).
 
 Each raises the Keras-style `ValueError` naming a flag and echoing its
-value as the command line wrote it. The values are those `RunConfig`
+value as the command line wrote it. The rules that read the recipe import
+it when they run (a run is configured), so that importing `config/`
+imports no Keras. The values are those `RunConfig`
 holds: `--batch_schedule` already parsed (`load.config`).
 """
 
@@ -21,10 +23,8 @@ from keras_largebatch._shared import require
 from keras_largebatch.adaptive_batch import batches as adaptive_batches
 from keras_largebatch.adaptive_batch import defaults as adaptive_defaults
 from keras_largebatch.adaptive_batch import policies as adaptive_policies
-from keras_largebatch.train.recipe import models
-from keras_largebatch.train.recipe import rates
-from keras_largebatch.train.data import registry
 from keras_largebatch.train.config.table import BY_NAME
+from keras_largebatch.train.data import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +55,21 @@ def _requires(name, reads, holds, expected, **kwargs):
 
 
 def _image_size_fits_the_model(values):
+    from keras_largebatch.train.recipe import models
+
     size = models.image_size_for(values["model"],
                                  registry.native_size(values["dataset"]),
                                  values["image_size"])
     minimum = models.MIN_IMAGE_SIZE[values["model"]]
     require(size >= minimum, "image_size", size,
             f"at least {minimum} for {values['model']}")
+
+
+def _lr_rule_fits_the_optimizer(values):
+    from keras_largebatch.train.recipe import rates
+
+    rates.check_lr_rule(values["optimizer"], values["base_learning_rate"],
+                        values["lr_scaling"])
 
 
 def _init_weights_is_a_file(values):
@@ -188,6 +197,11 @@ RULES = (
                   and v["momentum"] > 0),
               "false unless --optimizer is sgd, lars or lars_mixed with "
               "--momentum > 0 (LAMB has no Nesterov step)"),
+    _requires("zero_init_residual", ("model",),
+              lambda v: not v["zero_init_residual"]
+              or v["model"] in ("resnet50", "resnet50_v1_5"),
+              "false unless --model is resnet50 or resnet50_v1_5 (the "
+              "blocks that take it)"),
     Rule(("init_weights",), _init_weights_is_a_file),
     Rule(("model_dir",), _model_dir_is_given),
     _requires("warmup_epochs", ("epochs",),
@@ -196,9 +210,7 @@ RULES = (
               lambda v: f"less than `epochs` ({v['epochs']}): the warmup "
                         "would never end", after_resume=True),
     Rule(("lr_scaling", "optimizer", "base_learning_rate"),
-         lambda v: rates.check_lr_rule(v["optimizer"],
-                                        v["base_learning_rate"],
-                                        v["lr_scaling"]), after_resume=True),
+         _lr_rule_fits_the_optimizer, after_resume=True),
 )
 
 

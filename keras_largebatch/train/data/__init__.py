@@ -25,7 +25,6 @@ import math
 from keras_largebatch._shared import require
 from keras_largebatch.train.data import augment
 from keras_largebatch.train.data import augment_numpy
-from keras_largebatch.train.recipe import models
 from keras_largebatch.train.data import grain_pipeline
 from keras_largebatch.train.data import registry
 from keras_largebatch.train.data import tf_pipeline
@@ -70,6 +69,8 @@ def load_for(data, network, seed):
     """The `DataSpec` of `data.dataset` at the input size of
     `network.model` (see `recipe.models.image_size_for`), split by `seed`; raises
     `DataError`."""
+    from keras_largebatch.train.recipe import models  # Imports Keras.
+
     dataset = registry.get(data.dataset)
     size = models.image_size_for(network.model, dataset.native_size,
                                  data.image_size)

@@ -3,7 +3,7 @@
 `DATASETS` has one `Dataset` per data set: its loader, its own image size,
 what `--augment=auto` means for it, the input pipelines that read it, what
 it needs installed and its line in the flag's help. From it come
-`--dataset`'s choices and help (`config/table.py`), the input size of
+`--dataset`'s choices and help (`config/choices.py`), the input size of
 `resnet_cifar` (`recipe.models.image_size_for`), the augmentation
 (`Dataset.augment_for`), the pipeline of `--input_pipeline=auto`
 (`Dataset.pipeline_for`), the error for an unknown name (`get`) and the
@@ -15,8 +15,6 @@ and its loader in `loaders.py`:
 """
 
 import dataclasses
-
-import keras
 
 from keras_largebatch.train.data import loaders
 from keras_largebatch.train.data.spec import DataError
@@ -74,6 +72,8 @@ class Dataset:
         (TFRecords), Grain elsewhere."""
         if input_pipeline != "auto":
             return input_pipeline
+        import keras  # Here: the flags read this table without Keras.
+
         if (keras.backend.backend() == "tensorflow"
                 or "grain" not in self.pipelines):
             return "tf_data"

@@ -39,15 +39,17 @@ def build_network(network, spec):
     scope."""
     model = build_model(network.model, spec.image_size, spec.num_classes,
                         network.bn_momentum, spec.channels,
-                        network.resnet_depth, network.resnet_width)
+                        network.resnet_depth, network.resnet_width,
+                        zero_init_residual=network.zero_init_residual)
     if network.init_weights:
         load_init_weights(model, network.init_weights)
     return model
 
 
 def build_model(model_name, image_size, num_classes, bn_momentum=None,
-                channels=3, depth=20, width=16):
-    """Builds an untrained model under the current dtype policy."""
+                channels=3, depth=20, width=16, zero_init_residual=False):
+    """Builds an untrained model under the current dtype policy
+    (`zero_init_residual`: ResNet-50's, see `applications.ResNet50`)."""
     require(model_name in DEFAULT_IMAGE_SIZE, "model", model_name,
             "one of alexnet_bn, resnet50, resnet50_v1_5, resnet_cifar")
     shape = (image_size, image_size, channels)
@@ -61,7 +63,7 @@ def build_model(model_name, image_size, num_classes, bn_momentum=None,
         variant = "v1" if model_name == "resnet50" else "v1.5"
         model = applications.ResNet50(
             weights=None, input_shape=shape, classes=num_classes,
-            variant=variant)
+            variant=variant, zero_init_residual=zero_init_residual)
     if bn_momentum is not None:
         for layer in model.layers:
             if isinstance(layer, keras.layers.BatchNormalization):

@@ -1,4 +1,5 @@
-"""The flag table is the one source of the command's flags."""
+"""Each flag is declared once, as a field of `RunConfig`; the parser, the
+checks, `--help`, the docs' table and run_config.json come from it."""
 
 import ast
 import dataclasses
@@ -96,31 +97,108 @@ def test_run_config_is_a_frozen_typed_part_per_group(tmp_path):
                for rule in flags.RULES)
 
 
-def test_written_out_run_config_holds_each_flag_once_as_the_table_types_it():
-    """`run_config.py` is written field by field: each flag of the table
-    is a field of exactly one group, its own, in the table's order, with
-    the table's type and no default of its own; the default run is the
-    table's (parsed, for a flag with a grammar)."""
+# `RunConfig`'s parts and fields, in order, with their types, as the
+# hand-written classes had them before each flag became its field's
+# declaration (the driver and every builder read these names).
+FIELDS = {
+    "data": "dataset: str, data_dir: str | None, input_pipeline: str, "
+            "num_classes: int, num_train_examples: int, "
+            "num_validation_examples: int, image_size: int, augment: str, "
+            "check_images: bool",
+    "network": "model: str, resnet_depth: int, resnet_width: int, "
+               "bn_momentum: float, init_weights: str | None",
+    "optimization": "optimizer: str, momentum: float, nesterov: bool, "
+                    "eta: float, weight_decay: float, label_smoothing: float",
+    "learning_rate": "base_learning_rate: float, base_batch_size: int, "
+                     "lr_scaling: str, warmup_epochs: float | None, "
+                     "end_learning_rate: float, poly_power: float",
+    "training": "global_batch_size: int, epochs: int, steps_per_epoch: int, "
+                "gradient_accumulation_steps: int",
+    "adaptive": "gradient_noise_scale: bool, adaptive_batch: str, "
+                "max_global_batch_size: int, adaptive_start_multiple: int, "
+                "adaptive_anneal_fraction: float, "
+                "adaptive_anneal_multiple: int, noise_scale_multiple: float, "
+                "batch_schedule: tuple[tuple[int, int], ...], "
+                "adaptive_learning_rate: str",
+    "evaluation": "precise_bn_batches: int, evals_per_epoch: int",
+    "placement": "fusion_threshold_bytes: int, "
+                 "hierarchical_threshold_bytes: int, compression: str, "
+                 "topk_density: float, workers_per_node: int, "
+                 "collective_timeout_seconds: float, distribution: str",
+    "runtime": "precision: str, model_dir: str | None, mode: str, "
+               "keep_checkpoints: int, checkpoint_every_steps: int, "
+               "seed: int, deterministic: bool, verbose: int | None",
+}
+
+
+def _type_name(annotation):
+    return (annotation.__name__ if isinstance(annotation, type)
+            else str(annotation))
+
+
+def test_run_config_keeps_its_parts_fields_order_and_types():
     parts = dataclasses.fields(flags.RunConfig)
     assert [part.name for part in parts] == list(flags.GROUPS)
-    assert all(flag.group in flags.GROUPS for flag in flags.TABLE)
-    holders = {}
+    shown = {part.name: ", ".join(
+        f"{field.name}: {_type_name(field.type)}"
+        for field in dataclasses.fields(part.type)) for part in parts}
+    for name, fields in FIELDS.items():
+        assert shown[name].startswith(fields), name
     for part in parts:
         assert part.type.__dataclass_params__.frozen, part.name
-        assert part.default is dataclasses.MISSING, part.name
-        fields = dataclasses.fields(part.type)
-        assert fields, f"{part.name} has no flag"
-        for field in fields:
-            holders.setdefault(field.name, []).append(part.name)
-            flag = flags.BY_NAME.get(field.name)
-            assert flag is not None, f"{part.name}.{field.name}: no flag"
-            assert field.type == flag.type, field.name
-            assert field.default is dataclasses.MISSING, field.name
-        assert [f.name for f in fields] == [
-            flag.name for flag in flags.TABLE if flag.group == part.name]
-    assert holders == {flag.name: [flag.group] for flag in flags.TABLE}
-    assert flags.RunConfig.default().flat() == {
-        flag.name: flag.config_default for flag in flags.TABLE}
+    assert [flag.name for flag in flags.TABLE] == list(
+        flags.RunConfig.default().flat())
+
+
+def test_each_flag_is_one_declared_field_of_its_group():
+    for part in dataclasses.fields(flags.RunConfig):
+        for field in dataclasses.fields(part.type):
+            flag = flags.BY_NAME[field.name]
+            assert (flag.group, flag.type) == (part.name, field.type)
+            assert field.default == flag.config_default == flag.parse(
+                flag.default), field.name
+    assert flags.RunConfig.default() == flags.RunConfig.of(
+        {flag.name: flag.config_default for flag in flags.TABLE})
+
+
+# Importing `config/` and answering `--help` with no backend to import
+# (each blocked), as `keras-largebatch-train --help` does without one.
+_LIGHT = """
+import sys
+for name in ("tensorflow", "jax", "torch"):
+    sys.modules[name] = None
+from keras_largebatch.train import cli
+import keras_largebatch.train.config
+assert cli.main(["prog", "--help"]) == 0
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in (
+    "keras", "tensorflow", "jax", "torch") and sys.modules[m] is not None
+    or m.startswith(("keras_largebatch.train.recipe",
+                     "keras_largebatch.train.checkpointing")))
+print(heavy, file=sys.stderr)
+"""
+
+
+def test_config_and_help_import_no_keras_backend_or_recipe():
+    proc = subprocess.run([sys.executable, "-c", _LIGHT],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+    assert proc.stdout == flags.help_text("keras-largebatch-train") + "\n"
+
+
+def test_the_commands_help_imports_no_keras_with_a_backend_installed():
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_largebatch.train.cli", "--help"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == flags.help_text("keras-largebatch-train") + "\n"
+    imported = {line.rsplit("|", 1)[-1].strip()
+                for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "keras_largebatch.train.config" in imported
+    assert not imported & {"keras", "tensorflow", "jax", "torch",
+                           "keras_largebatch.train.recipe"}
 
 
 def test_batch_schedule_is_parsed_once_into_epoch_batch_pairs(tmp_path):
@@ -196,7 +274,7 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
     write_json(str(tmp_path / "now.json"), recorded("--epochs=1"))
     now = json.loads((tmp_path / "now.json").read_text())
     assert now == migration.upgrade(json.loads(text))
-    assert set(now) - set(json.loads(text)) == {
+    assert set(now) - set(json.loads(text)) >= {
         "adaptive_start_multiple", "adaptive_anneal_fraction",
         "adaptive_anneal_multiple", "nesterov"}
     record = load.recorded_run(str(model_dir))
@@ -207,6 +285,10 @@ def test_a_run_config_json_written_before_the_groups_still_matches(
                                                                     True)
     with pytest.raises(resume.ResumeError, match="`momentum` differs"):
         resume.check(str(model_dir), recorded("--epochs=1", "--momentum=.8"),
+                     record, flags.FREE + flags.RAISABLE)
+    # A flag newer than the run took its default there.
+    with pytest.raises(resume.ResumeError, match="`nesterov` differs"):
+        resume.check(str(model_dir), recorded("--epochs=1", "--nesterov"),
                      record, flags.FREE + flags.RAISABLE)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import keras_largebatch
+from keras_largebatch.train import config as train_config
 from keras_largebatch.train.recipe import models
 from keras_largebatch.train.recipe import optimizers
 from keras_largebatch.train.recipe import rates
@@ -32,6 +33,27 @@ def test_alexnet_bn_at_its_minimum_input_has_the_expected_parameters():
     bns = [l for l in model.layers
            if isinstance(l, keras.layers.BatchNormalization)]
     assert len(bns) == 5 and all(l.momentum == 0.9 for l in bns)
+
+
+def _last_gammas(tmp_path, zero_init_residual, model="resnet50"):
+    config = train_config.parse(
+        ["prog", f"--model_dir={tmp_path}", f"--model={model}",
+         f"--zero_init_residual={zero_init_residual}"])
+    spec = dataclasses.make_dataclass(
+        "Spec", ["image_size", "num_classes", "channels"])(32, 10, 3)
+    model = models.build_network(config.network, spec)
+    return [keras.ops.convert_to_numpy(layer.gamma) for layer in model.layers
+            if layer.name.endswith("_3_bn")]
+
+
+def test_zero_init_residual_starts_each_blocks_last_gamma_at_zero(
+        tmp_path):
+    zeroed = _last_gammas(tmp_path, True, "resnet50_v1_5")
+    assert len(zeroed) == 16 and not any(g.any() for g in zeroed)
+    assert all((g == 1).all() for g in _last_gammas(tmp_path, False))
+    with pytest.raises(ValueError, match="`zero_init_residual` must be "
+                       "false unless --model is resnet50"):
+        _last_gammas(tmp_path, True, "alexnet_bn")
 
 
 def test_unknown_model_names_the_argument():
