@@ -81,7 +81,8 @@ class StepCheckpoints(keras.callbacks.Callback):
             residual_checkpoint_callback`), or None: each checkpoint also
             saves them (`layout.RESIDUALS_WITHIN`), then waits at
             `barrier` until every worker has, before the pointer names it.
-        barrier: returns once every worker has called it.
+        barrier: returns once every worker has called it (None: one
+            process).
     """
 
     def __init__(self, every, save_dir, steps_per_epoch, restore=None,
@@ -235,7 +236,8 @@ class StepCheckpoints(keras.callbacks.Callback):
         if self.residuals is not None:
             self.residuals.save_within(
                 layout.RESIDUALS_WITHIN.format(self._epoch + 1, self.step))
-            self.barrier()
+            if self.barrier is not None:  # None: this process alone.
+                self.barrier()
         files.save_json(os.path.join(self.save_dir, layout.POINTER), {
             "epoch": self._epoch, "step": self.step, "micro_batches": micro,
             "data": data, "pending_accumulation_steps": pending,
