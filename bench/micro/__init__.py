@@ -34,12 +34,14 @@ def parser(doc, name):
 
 def stamp(name, backends=None):
     """A record's `machine` (`provenance.machine` of the first of
-    `backends`, default KERAS_BACKEND's), `date`, `command` and, for
+    `backends`, default KERAS_BACKEND's), `date`, `command` (its paths in
+    the repository relative to its root) and, for
     several backends, each one's framework `versions`."""
     backends = list(backends or [None])
+    # Paths in the repository as from its root, as the command is run.
+    argv = [a.replace(bench.ROOT + os.sep, "") for a in sys.argv[1:]]
     out = dict(machine=provenance.machine(backends[0]), date=provenance.now(),
-               command=" ".join([f"python -m bench.micro.{name}",
-                                 *sys.argv[1:]]))
+               command=" ".join([f"python -m bench.micro.{name}", *argv]))
     if len(backends) > 1:
         out["versions"] = {b: provenance.framework_version(b)
                            for b in backends}
