@@ -233,10 +233,11 @@ class EpochTensorBoard(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         from tensorboardX import SummaryWriter
 
+        train, validation = layout.TENSORBOARD_SPLITS
         splits = {}
         for key, value in (logs or {}).items():
-            split = "validation" if key.startswith("val_") else "train"
-            name = key[4:] if split == "validation" else key
+            split = validation if key.startswith("val_") else train
+            name = key[4:] if split == validation else key
             splits.setdefault(split, []).append((f"epoch_{name}", value))
         for split, scalars in splits.items():
             with SummaryWriter(
