@@ -25,7 +25,7 @@ def read(path):
 def load(path):
     """A record file's runs ([] when there is none yet)."""
     data = read(path)
-    return data.get("runs", data.get("probes", []))
+    return data.get("runs", [])
 
 
 def failures(path):
@@ -57,6 +57,5 @@ def save(path, runs, **about):
     """Writes the record atomically (a kill mid-write keeps the last one),
     its other fields kept and `about` added."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    record = {k: v for k, v in read(path).items()
-              if k not in ("runs", "probes")}
+    record = {k: v for k, v in read(path).items() if k != "runs"}
     atomic_write(path, json.dumps(dict(record, **about, runs=runs), indent=1))

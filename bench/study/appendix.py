@@ -15,7 +15,7 @@ from bench.study import stats
 # page are frozen text (`RETIRED_PAGE`), written once from these records.
 RETIRED = ("study_backends", "adaptive_batch_study", "adaptive_batch_study_8",
            "adaptive_batch_seeds", "noise_scale_sweeps",
-           "large_batch_study_digits")
+           "large_batch_study_digits", "critical_batch_probe")
 RETIRED_PAGE = "retired_studies.md"
 
 

@@ -12,7 +12,6 @@ run of its plan once the best it found is interior.
 """
 
 import math
-import os
 import typing
 
 from bench.core import provenance
@@ -21,7 +20,6 @@ from bench.core.plan import Plan
 from bench.study import kills
 from bench.study import plans
 from bench.study import stats
-from keras_largebatch.train import layout
 from keras_largebatch.train.recipe import rates as recipe_rates
 
 
@@ -467,56 +465,10 @@ def _momentum_then_on(runs, kind):
     return out
 
 
-# The critical batch's probes (`plans.EPOCHS_AT`, ...).
-def probe(epoch_at, batch, seed, steps=None, start=False):
-    """One probe (`start`: the checkpoint itself, one update at
-    `START_RATE`, evaluated as the probes are)."""
-    rate = plans.START_RATE if start else float(
-        f"{plans.TRAJECTORY_RATE[epoch_at] * batch / plans.SMALL_BATCH:.6g}")
-    k = max(1, batch // plans.MICRO)
-    trajectory = runspec.model_dir(TRAJECTORY, "{work_dir}")
-    flags = dict(init_weights=os.path.join(
-        trajectory, layout.CHECKPOINTS, layout.EPOCH.format(epoch_at)),
-                 end_learning_rate=rate, keep_checkpoints=0,
-                 precise_bn_batches=plans.PRECISE_BN)
-    if steps:
-        flags["steps_per_epoch"] = steps
-    if k >= 2:
-        flags["gradient_noise_scale"] = "true"
-    spec = dict(phase="probe", optimizer="sgd", batch=batch, rate=rate,
-                seed=seed, epoch_at=epoch_at, steps=steps, epochs=1,
-                warmup_epochs=0, evals=1, flags=flags)
-    return dict(spec, start=True) if start else spec
-
-
-def probes_then():
-    def then(runs):
-        """Once the trajectory has run: the small batch's points with each
-        of its seeds, each larger batch's epoch with the first seed, each
-        checkpoint's start, then the other seeds."""
-        if not any(r.get("variant") == "trajectory" for r in runs):
-            return
-        for epoch in plans.EPOCHS_AT:
-            for seed in plans.SMALL_SEEDS:
-                for steps in plans.SMALL_STEPS:
-                    yield probe(epoch, plans.SMALL_BATCH, seed, steps)
-            for batch in plans.PROBE_BATCHES[1:]:
-                yield probe(epoch, batch, plans.LARGE_SEEDS[0])
-        for epoch in plans.EPOCHS_AT:
-            yield probe(epoch, plans.SMALL_BATCH, plans.SMALL_SEEDS[0], 1,
-                        start=True)
-        for seed in plans.LARGE_SEEDS[1:]:
-            for epoch in plans.EPOCHS_AT:
-                for batch in plans.PROBE_BATCHES[1:]:
-                    yield probe(epoch, batch, seed)
-
-    return then
-
-
 BUILDERS = dict(fixed=fixed, grown=grown, ramp=ramp, grid=grid, lbs=lbs,
                 depth_grid=depth_grid, nesterov_sweep=nesterov_sweep,
                 kills=kill_runs)
-RULES = dict(depth=depth_then, momentum=momentum_then, probes=probes_then)
+RULES = dict(depth=depth_then, momentum=momentum_then)
 
 
 def arm_specs(arm, seeds=None):
@@ -543,4 +495,3 @@ def build(name, entry):
 
 
 PLANS = {name: build(name, entry) for name, entry in plans.TABLE.items()}
-TRAJECTORY = PLANS["probes"].specs[0]

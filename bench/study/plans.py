@@ -196,20 +196,6 @@ SWEEP_ORDER = (0.4, 0.8, 0.2, 1.6, 0.1)  # The likeliest bests first.
 # comparison through `then`, keyed apart by its backend.
 MOMENTUM_KIND = "CPU VM / TensorFlow"
 
-# The critical batch's branched probes (`bench/study/probes.py` analyses
-# them): the trajectory, 128 at 0.2, seed 0, its checkpoints kept; from
-# those after `EPOCHS_AT` epochs, one epoch at each batch at the rate the
-# trajectory had there x B / 128, constant (`TRAJECTORY_RATE`, from its
-# history), batch norm recomputed over `PRECISE_BN` batches before the one
-# evaluation; the small batch also stopped after `SMALL_STEPS` updates.
-EPOCHS_AT = (1, 3, 8)
-PROBE_BATCHES = (128, 256, 512, 1024, 2048)
-SMALL_SEEDS, LARGE_SEEDS = (1, 2), (1, 2)
-SMALL_STEPS = (59, 117, 234, None)
-PRECISE_BN, START_RATE = 16, 1e-12
-TRAJECTORY_RATE = {1: 0.15008001029491425, 3: 0.1716729700565338,
-                   8: 0.09969791769981384}
-
 # A kill costs at most the updates since the last checkpoint, and the rerun
 # ends bit for bit where the uninterrupted run ends (`kills.py`): per setup
 # of `kills.SETUPS`, `KILLS` runs killed at steps drawn from seed 0; on one
@@ -290,13 +276,6 @@ TABLE = {
                               for_kind=MOMENTUM_KIND))
                 for rate in (0.032, 0.064))),
         then=("momentum", {})),
-    "probes": dict(
-        record="critical_batch_probe",
-        about="Branched probes of the critical batch beside B_simple",
-        arms=(dict(arm="fixed", batch=SMALL_BATCH, rate=0.2, seeds=(0,),
-                   set=dict(variant="trajectory", evals=1,
-                            flags=dict(keep_checkpoints=24))),),
-        then=("probes", {})),
     # A rehearsal of the runner and the report in seconds (the GPU check's
     # `--smoke`, the tests): a fixed and a grown batch, 2 epochs of 4 steps.
     "smoke": dict(

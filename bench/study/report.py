@@ -7,7 +7,8 @@ baseline (`baselines`), the floor and LARS at depth (`depth`), momentum
 (`momentum`), what the verdicts rest on (`audit`) and the runs left out as
 incomplete (`selection.left_out`), then the comparisons and pools in detail
 (`findings`), the front, the trade-off and every configuration (`tables`),
-the probes (`probes`), and the records no comparison reads (`appendix`).
+and the records no comparison reads (`appendix`, the retired studies'
+among them).
 """
 
 import json
@@ -16,8 +17,6 @@ import os
 from bench.core import records
 from bench.study import headline
 from bench.study import kills
-from bench.study import engine
-from bench.study import probes
 from bench.study import show
 from bench.study.appendix import kill_lines
 from bench.study.appendix import retired_lines
@@ -129,7 +128,6 @@ def write(results=records.RESULTS, page=None):
     lines += ["", "## What the measuring runs took (wall time from each record; "
               "seeds 100 on, runs side by side as the study runs them)", ""]
     lines += runtime_lines(runs)
-    lines += probes.markdown(records.load(engine.PLANS["probes"].path(results)))
     lines += ["", "## Training speed per backend (`backend_speed`)", ""]
     lines += speed_lines(results)
     lines += ["", "## Kill and resume (`kills`; a checkpoint every "
