@@ -12,7 +12,9 @@ call); and one that exits `NO_GPU` stops the call (`NoGPU`). A spec whose
 where it is. A run whose record is short of its spec
 (`runspec.incomplete`) is not done: it runs again from a fresh folder (its
 old one set aside, never deleted), and its record replaces the short one,
-which the record keeps under `incomplete`.
+which the record keeps under `incomplete`. A runner stopped by SIGTERM or
+SIGINT stops its runs first (SIGTERM: each saves at its next step) and
+exits 143 or 130; a rerun resumes them.
 """
 
 import collections
@@ -21,6 +23,7 @@ import importlib.util
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import bench
@@ -38,6 +41,15 @@ GRACE = 30
 class NoGPU(SystemExit):
     """A task found no GPU where it needs one: the call stops (a GPU
     machine that sees none would spend its time measuring nothing)."""
+
+
+class Stopped(SystemExit):
+    """The runner got SIGTERM or SIGINT: its runs are stopped, then it
+    exits 143 or 130 (no traceback)."""
+
+
+def _stopped(signum, frame):
+    raise Stopped(128 + signum)
 
 
 def installed(backend):
@@ -70,18 +82,22 @@ def stop(proc, group):
     run resumes there; SIGKILL where it has not ended `GRACE` seconds
     later."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            if group:
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
+        _signal(proc, group, sig)
         try:
             proc.wait(timeout=GRACE)
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def _signal(proc, group, sig):
+    try:
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except ProcessLookupError:
+        pass
 
 
 def stderr(directory):
@@ -116,7 +132,9 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
     and not started again by this call; a failed task is also recorded.
     The processes start from `env` (default this one's environment).
     Returns the runs finished by this call; raises `NoGPU` where a task
-    exited `NO_GPU`."""
+    exited `NO_GPU`. On SIGTERM (or SIGINT) it stops every run it started
+    (`stop`: a training run saves at its next step), logs each, and raises
+    `Stopped` (exit 143, or 130)."""
     plan = specs if callable(specs) else (lambda runs: specs)
     deadline = time.monotonic() + budget if budget else float("inf")
     busy, finished, tried, said, short = {}, [], set(), set(), set()
@@ -137,80 +155,103 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 "run(s) wait for a call where it is")
         return [s for s in left if s.get("run_backend") not in absent]
 
-    waiting, closed = todo(records.load(record_path)), False
-    while waiting or busy:
-        while waiting and len(busy) < workers and not closed:
-            spec, clock = waiting[0], time.monotonic()
-            cost = (longest.get((spec.get("part"), spec.get("run_backend")), 0)
-                    if "module" in spec else 0)
-            if clock + cost > deadline:
-                closed = clock < deadline
-                if closed:
-                    log(f"not started {runspec.run_key(spec)}: it would end after the "
-                        f"budget ({cost:.0f} s, {deadline - clock:.0f} s left)")
-                break
-            waiting.pop(0)
-            tried.add(runspec.run_key(spec))
-            if runspec.run_key(spec) in short:
-                aside = set_aside(runspec.model_dir(spec, work_dir))
-                log(f"again {runspec.run_key(spec)}: its record is short"
-                    + (f"; its folder set aside as {aside}" if aside else ""))
-            busy[start(spec, work_dir, data_dir, env)] = (spec, clock)
-            log(f"start {runspec.run_key(spec)}")
-        if closed or time.monotonic() >= deadline:
-            waiting, closed = [], True
-        time.sleep(POLL)
-        for proc in list(busy):
-            spec, started = busy[proc]
-            took, limit = time.monotonic() - started, spec.get("limit_seconds")
-            over = limit is not None and took >= limit
-            past = time.monotonic() >= deadline
-            if proc.poll() is None and not over and not past:
-                continue
-            busy.pop(proc)
-            key, directory = runspec.run_key(spec), runspec.model_dir(spec, work_dir)
-            task, code, record = "module" in spec, proc.poll(), None
-            if code is None:
-                stop(proc, task)
-                if past:
-                    log(f"stopped {key} at the end of the budget")
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _stopped) if main else None
+    try:
+        waiting, closed = todo(records.load(record_path)), False
+        while waiting or busy:
+            while waiting and len(busy) < workers and not closed:
+                spec, clock = waiting[0], time.monotonic()
+                part = (spec.get("part"), spec.get("run_backend"))
+                cost = longest.get(part, 0) if "module" in spec else 0
+                if clock + cost > deadline:
+                    closed = clock < deadline
+                    if closed:
+                        log(f"not started {runspec.run_key(spec)}: it "
+                            f"would end after the budget ({cost:.0f} s, "
+                            f"{deadline - clock:.0f} s left)")
+                    break
+                waiting.pop(0)
+                tried.add(runspec.run_key(spec))
+                if runspec.run_key(spec) in short:
+                    aside = set_aside(runspec.model_dir(spec, work_dir))
+                    log(f"again {runspec.run_key(spec)}: its record is "
+                        "short" + (f"; its folder set aside as {aside}"
+                                   if aside else ""))
+                busy[start(spec, work_dir, data_dir, env)] = (spec, clock)
+                log(f"start {runspec.run_key(spec)}")
+            if closed or time.monotonic() >= deadline:
+                waiting, closed = [], True
+            time.sleep(POLL)
+            for proc in list(busy):
+                spec, started = busy[proc]
+                took = time.monotonic() - started
+                limit = spec.get("limit_seconds")
+                over = limit is not None and took >= limit
+                past = time.monotonic() >= deadline
+                if proc.poll() is None and not over and not past:
                     continue
-                error = (stderr(directory)
-                         + f"\ndid not finish within {limit:g} s").strip()
-            elif task and code == NO_GPU:
-                for other in busy:
-                    stop(other, "module" in busy[other][0])
-                said = (stderr(directory).splitlines() or ["exit 3"])[-1]
-                raise NoGPU(f"{key}: {said}; it needs a GPU")
-            else:
-                record = None if code else runspec.collect(spec, directory, took)
-                error = stderr(directory) or f"exit {code}"
-                if not code:
-                    error += "\nno RESULT line"
-            if record is None:
-                line = (error.splitlines() or ["?"])[-1]
-                log(f"{'failed' if task else 'stopped'} {key} ("
-                    + ("time limit" if code is None else f"exit {code}")
-                    + f"): {line}")
+                busy.pop(proc)
+                key = runspec.run_key(spec)
+                directory = runspec.model_dir(spec, work_dir)
+                task, code, record = "module" in spec, proc.poll(), None
+                if code is None:
+                    stop(proc, task)
+                    if past:
+                        log(f"stopped {key} at the end of the budget")
+                        continue
+                    error = (stderr(directory)
+                             + f"\ndid not finish within {limit:g} s").strip()
+                elif task and code == NO_GPU:
+                    for other in busy:
+                        stop(other, "module" in busy[other][0])
+                    said = (stderr(directory).splitlines() or ["exit 3"])[-1]
+                    raise NoGPU(f"{key}: {said}; it needs a GPU")
+                else:
+                    record = (None if code else
+                              runspec.collect(spec, directory, took))
+                    error = stderr(directory) or f"exit {code}"
+                    if not code:
+                        error += "\nno RESULT line"
+                if record is None:
+                    line = (error.splitlines() or ["?"])[-1]
+                    log(f"{'failed' if task else 'stopped'} {key} ("
+                        + ("time limit" if code is None else f"exit {code}")
+                        + f"): {line}")
+                    if task:
+                        records.save(
+                            record_path, records.load(record_path),
+                            failed=records.failures(record_path) + [dict(
+                                spec, error=error[-2000:],
+                                **provenance.stamp(spec),
+                                wall_seconds=round(took, 1))])
+                    continue
                 if task:
-                    records.save(
-                        record_path, records.load(record_path),
-                        failed=records.failures(record_path) + [dict(
-                            spec, error=error[-2000:],
-                            **provenance.stamp(spec),
-                            wall_seconds=round(took, 1))])
-                continue
-            if task:
-                cost = (spec.get("part"), spec.get("run_backend"))
-                longest[cost] = max(longest.get(cost, 0), took)
-            record.update(provenance.stamp(spec))
-            records.add(record_path, record,
-                        updated=datetime.date.today().isoformat())
-            runs = records.load(record_path)
-            finished.append(record)
-            log(f"done {key}" + (f": val {record['val_accuracy']:.4f}"
-                                 if "val_accuracy" in record else
-                                 f" ({took:.0f} s)" if task else ""))
-            if not closed:
-                waiting = todo(runs)
-    return finished
+                    cost = (spec.get("part"), spec.get("run_backend"))
+                    longest[cost] = max(longest.get(cost, 0), took)
+                record.update(provenance.stamp(spec))
+                records.add(record_path, record,
+                            updated=datetime.date.today().isoformat())
+                runs = records.load(record_path)
+                finished.append(record)
+                log(f"done {key}" + (f": val {record['val_accuracy']:.4f}"
+                                     if "val_accuracy" in record else
+                                     f" ({took:.0f} s)" if task else ""))
+                if not closed:
+                    waiting = todo(runs)
+        return finished
+    except (Stopped, KeyboardInterrupt) as e:
+        # Every run stopped first (the training command saves at its next
+        # step), so that a rerun resumes them and none is left running.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        why = "SIGTERM" if isinstance(e, Stopped) else "SIGINT"
+        for proc, (spec, _) in busy.items():
+            _signal(proc, "module" in spec, signal.SIGTERM)
+        for proc, (spec, _) in busy.items():
+            stop(proc, "module" in spec)
+            log(f"stopped {runspec.run_key(spec)}: the runner got {why}; "
+                "run it again to resume")
+        raise Stopped(143 if why == "SIGTERM" else 130) from None
+    finally:
+        if main and before is not None:
+            signal.signal(signal.SIGTERM, before)

@@ -5,12 +5,17 @@ recorded with its error and never started again, a backend that is not
 installed is said once and its tasks wait, a task that finds no GPU stops
 the call, and nothing starts that is expected to end after the budget."""
 
+import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+import bench
 from bench.core import pool
 from bench.core import provenance
 from bench.core import records
@@ -152,3 +157,53 @@ def test_a_task_running_at_the_end_of_the_budget_is_stopped_for_a_rerun(
     assert pool.run([spec], **dict(kwargs, budget=1)) == []
     assert "stopped x|long at the end of the budget" in log
     assert records.read(kwargs["record_path"]) == {}
+
+
+# A runner in a process of its own: the test sends it the signal.
+RUNNER = """
+import json, os, sys
+from bench.core import pool
+spec = json.loads(sys.argv[1])
+pool.POLL = 0.05
+pool.run([spec], sys.argv[2], sys.argv[3], workers=1,
+         log=lambda line: print(line, flush=True))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT],
+                         ids=["sigterm", "sigint"])
+def test_a_runner_stopped_by_a_signal_stops_its_runs_first(sig, tmp_path):
+    """What a scheduler or Ctrl-C sends the runner: the run it started
+    gets SIGTERM and ends before the runner exits 143 (SIGINT: 130) with
+    one line per run and no traceback; nothing is recorded, so a rerun
+    starts it again."""
+    (tmp_path / "fake_task.py").write_text(FAKE)
+    pid_file = tmp_path / "task.pid"
+    spec = dict(part="x", model="long", module="fake_task", act="sleep",
+                seconds=600, pid_file=str(pid_file))
+    record = tmp_path / "record.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), bench.ROOT]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, json.dumps(spec), str(record),
+         str(tmp_path / "runs")], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.communicate())
+            time.sleep(0.05)
+        task = int(pid_file.read_text())
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), err
+    assert "Traceback" not in err, err
+    why = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
+    assert out.splitlines()[-1] == (
+        f"stopped x|long: the runner got {why}; run it again to resume")
+    with pytest.raises(ProcessLookupError):  # The task ended before it.
+        os.kill(task, 0)
+    assert records.read(str(record)) == {}
