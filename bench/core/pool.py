@@ -48,6 +48,9 @@ class Stopped(SystemExit):
     exits 143 or 130 (no traceback)."""
 
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _stopped(signum, frame):
     raise Stopped(128 + signum)
 
@@ -155,8 +158,10 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                 "run(s) wait for a call where it is")
         return [s for s in left if s.get("run_backend") not in absent]
 
+    # Both handled here, not left to Python's default: a runner started in
+    # the background by a shell inherits SIGINT ignored.
     main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGTERM, _stopped) if main else None
+    before = {s: signal.signal(s, _stopped) for s in SIGNALS} if main else {}
     try:
         waiting, closed = todo(records.load(record_path)), False
         while waiting or busy:
@@ -242,16 +247,18 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
         return finished
     except (Stopped, KeyboardInterrupt) as e:
         # Every run stopped first (the training command saves at its next
-        # step), so that a rerun resumes them and none is left running.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        why = "SIGTERM" if isinstance(e, Stopped) else "SIGINT"
+        # step), so that a rerun resumes them and none is left running; a
+        # second signal ends the runner at once, its runs already told.
+        code = e.code if isinstance(e, Stopped) else 128 + signal.SIGINT
+        why = signal.Signals(code - 128).name
         for proc, (spec, _) in busy.items():
             _signal(proc, "module" in spec, signal.SIGTERM)
         for proc, (spec, _) in busy.items():
             stop(proc, "module" in spec)
             log(f"stopped {runspec.run_key(spec)}: the runner got {why}; "
                 "run it again to resume")
-        raise Stopped(143 if why == "SIGTERM" else 130) from None
+        raise Stopped(code) from None
     finally:
-        if main and before is not None:
-            signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            if handler is not None:
+                signal.signal(sig, handler)

@@ -175,8 +175,9 @@ pool.run([spec], sys.argv[2], sys.argv[3], workers=1,
 def test_a_runner_stopped_by_a_signal_stops_its_runs_first(sig, tmp_path):
     """What a scheduler or Ctrl-C sends the runner: the run it started
     gets SIGTERM and ends before the runner exits 143 (SIGINT: 130) with
-    one line per run and no traceback; nothing is recorded, so a rerun
-    starts it again."""
+    one line per run and no traceback, SIGINT too where the runner was
+    started with it ignored; nothing is recorded, so a rerun starts it
+    again."""
     (tmp_path / "fake_task.py").write_text(FAKE)
     pid_file = tmp_path / "task.pid"
     spec = dict(part="x", model="long", module="fake_task", act="sleep",
@@ -184,10 +185,13 @@ def test_a_runner_stopped_by_a_signal_stops_its_runs_first(sig, tmp_path):
     record = tmp_path / "record.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(tmp_path), bench.ROOT]))
+    # Started as a shell starts a job in the background: SIGINT ignored,
+    # which Python's own Ctrl-C handling then leaves ignored.
     proc = subprocess.Popen(
         [sys.executable, "-c", RUNNER, json.dumps(spec), str(record),
          str(tmp_path / "runs")], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 60
         while not pid_file.exists() or not pid_file.read_text():
