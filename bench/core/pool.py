@@ -80,27 +80,34 @@ def start(spec, work_dir, data_dir="", env=None):
 
 
 def stop(proc, group):
-    """Stops a process (`group`: with its process group): SIGTERM, which
-    makes the training command checkpoint at its next step, so that the
-    run resumes there; SIGKILL where it has not ended `GRACE` seconds
-    later."""
+    """Stops a process (`group`: with its process group): `stop_all`."""
+    stop_all([(proc, group)])
+
+
+def stop_all(procs):
+    """Stops processes together, each [(process, group)] (`group`: with its
+    process group): one SIGTERM each, which makes the training command
+    checkpoint at its next step, so that the run resumes there (a second
+    would end it at once, unsaved); SIGKILL to those not ended `GRACE`
+    seconds later."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        _signal(proc, group, sig)
-        try:
-            proc.wait(timeout=GRACE)
+        for proc, group in procs:
+            try:
+                if group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        deadline, left = time.monotonic() + GRACE, []
+        for proc, group in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                left.append((proc, group))
+        procs = left
+        if not procs:
             return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _signal(proc, group, sig):
-    try:
-        if group:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    except ProcessLookupError:
-        pass
 
 
 def stderr(directory):
@@ -136,8 +143,8 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
     The processes start from `env` (default this one's environment).
     Returns the runs finished by this call; raises `NoGPU` where a task
     exited `NO_GPU`. On SIGTERM (or SIGINT) it stops every run it started
-    (`stop`: a training run saves at its next step), logs each, and raises
-    `Stopped` (exit 143, or 130)."""
+    (`stop_all`: a training run saves at its next step), logs each, and
+    raises `Stopped` (exit 143, or 130)."""
     plan = specs if callable(specs) else (lambda runs: specs)
     deadline = time.monotonic() + budget if budget else float("inf")
     busy, finished, tried, said, short = {}, [], set(), set(), set()
@@ -208,8 +215,8 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                     error = (stderr(directory)
                              + f"\ndid not finish within {limit:g} s").strip()
                 elif task and code == NO_GPU:
-                    for other in busy:
-                        stop(other, "module" in busy[other][0])
+                    stop_all([(other, "module" in busy[other][0])
+                              for other in busy])
                     said = (stderr(directory).splitlines() or ["exit 3"])[-1]
                     raise NoGPU(f"{key}: {said}; it needs a GPU")
                 else:
@@ -251,10 +258,9 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
         # second signal ends the runner at once, its runs already told.
         code = e.code if isinstance(e, Stopped) else 128 + signal.SIGINT
         why = signal.Signals(code - 128).name
-        for proc, (spec, _) in busy.items():
-            _signal(proc, "module" in spec, signal.SIGTERM)
-        for proc, (spec, _) in busy.items():
-            stop(proc, "module" in spec)
+        stop_all([(proc, "module" in spec)
+                  for proc, (spec, _) in busy.items()])
+        for spec, _ in busy.values():
             log(f"stopped {runspec.run_key(spec)}: the runner got {why}; "
                 "run it again to resume")
         raise Stopped(code) from None
