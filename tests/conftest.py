@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 
 import keras
 import pytest
@@ -11,13 +12,27 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
-    """Each test starts with float32 policy, a fixed seed, no leftovers."""
+    """Each test starts with float32 policy, a fixed seed, no leftovers;
+    on torch, the deterministic-kernels switch is put back as it was (a
+    command run in-process with `--deterministic` turns it on, and with it
+    torch fills every new tensor: an op more each, which the layers' op
+    budgets count)."""
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
+    deterministic = _torch_deterministic()
     yield
+    if _torch_deterministic() != deterministic:
+        sys.modules["torch"].use_deterministic_algorithms(deterministic)
     keras.config.set_dtype_policy("float32")
     # Without gc.collect(): a tenth of a second a test, and no test needs it.
     keras.backend.clear_session(free_memory=False)
+
+
+def _torch_deterministic():
+    """torch's deterministic-kernels switch (False where torch is not
+    imported)."""
+    torch = sys.modules.get("torch")
+    return bool(torch and torch.are_deterministic_algorithms_enabled())
 
 
 def dense_bn_model():
