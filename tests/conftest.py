@@ -12,27 +12,31 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
-    """Each test starts with float32 policy, a fixed seed, no leftovers;
-    on torch, the deterministic-kernels switch is put back as it was (a
-    command run in-process with `--deterministic` turns it on, and with it
-    torch fills every new tensor: an op more each, which the layers' op
-    budgets count)."""
+    """Each test starts with float32 policy, a fixed seed, the default
+    (nondeterministic) kernels and no leftovers."""
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
-    deterministic = _torch_deterministic()
+    _default_kernels()
     yield
-    if _torch_deterministic() != deterministic:
-        sys.modules["torch"].use_deterministic_algorithms(deterministic)
+    _default_kernels()
     keras.config.set_dtype_policy("float32")
     # Without gc.collect(): a tenth of a second a test, and no test needs it.
     keras.backend.clear_session(free_memory=False)
 
 
-def _torch_deterministic():
-    """torch's deterministic-kernels switch (False where torch is not
-    imported)."""
+def _default_kernels():
+    """Turns torch's and TensorFlow's deterministic-kernels switches off
+    where imported and on: a command run in-process with `--deterministic`
+    turns them on for the process, and with torch's on every new tensor is
+    filled, an op more each, which the layers' op budgets count."""
     torch = sys.modules.get("torch")
-    return bool(torch and torch.are_deterministic_algorithms_enabled())
+    if torch and torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(False)
+    if "tensorflow" in sys.modules:
+        from tensorflow.python.framework import config
+
+        if config.is_op_determinism_enabled():
+            config.disable_op_determinism()
 
 
 def dense_bn_model():
