@@ -32,7 +32,7 @@ def _default_kernels():
     torch = sys.modules.get("torch")
     if torch and torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(False)
-    if "tensorflow" in sys.modules:
+    if sys.modules.get("tensorflow") is not None:  # None: made unimportable
         from tensorflow.python.framework import config
 
         if config.is_op_determinism_enabled():
