@@ -154,7 +154,8 @@ def collect(spec, directory, wall_seconds):
     """The record of a finished run, from its `summary.json`, `history.csv`
     and `evals.csv`: final and per-epoch accuracy and loss, the
     evaluations within epochs [(epoch, updates, val_accuracy), ...], and a
-    grown run's batch and B_simple per epoch and its updates, the wall time
+    grown run's batch and B_simple per epoch and its updates, training
+    images/s per epoch (None for an epoch that timed nothing), the wall time
     of the invocation that finished it (`wall_seconds`) and the epochs that
     invocation ran (`epochs_timed`); a program's
     `result.json`; a task's last `RESULT` line (None where it printed
@@ -179,7 +180,11 @@ def collect(spec, directory, wall_seconds):
         val_loss_per_epoch=[float(r["val_loss"]) for r in rows],
         train_loss_per_epoch=[float(r["loss"]) for r in rows],
         best_val_accuracy=max(float(r["val_accuracy"]) for r in rows),
-        images_per_sec_per_epoch=[float(r["images_per_sec"]) for r in rows],
+        # None where the epoch timed nothing (`NA`: it resumed at its
+        # last step, `outputs.callbacks.HistoryCSV`).
+        images_per_sec_per_epoch=[
+            None if r["images_per_sec"] == "NA" else float(r["images_per_sec"])
+            for r in rows],
         num_train=summary["num_train"], backend=summary["backend"],
         updates=summary.get("updates"), wall_seconds=round(wall_seconds, 1),
         # The epochs the timed (last) invocation ran: fewer than the run's

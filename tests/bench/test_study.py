@@ -636,6 +636,20 @@ def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
     assert (record["epochs_timed"], record["wall_seconds"]) == (2, 12.3)
 
 
+def test_a_run_resumed_at_an_epochs_last_step_is_collected(tmp_path):
+    # A run stopped by SIGTERM at an epoch's last step and resumed times
+    # nothing in that epoch: history.csv says NA there, the record None.
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"val_accuracy": 0.9, "num_train": 8, "backend": "tensorflow",
+         "epochs_run_now": 2}))
+    (tmp_path / "history.csv").write_text(
+        "epoch,images_per_sec,loss,val_accuracy,val_loss\n"
+        "0,10,1.0,0.5,1.1\n1,NA,0.9,0.6,1.0\n2,12.5,0.8,0.9,0.9\n")
+    record = runspec.collect({"epochs": 3}, str(tmp_path), 12.34)
+    assert record["images_per_sec_per_epoch"] == [10.0, None, 12.5]
+    assert record["val_accuracy_per_epoch"] == [0.5, 0.6, 0.9]
+
+
 def _short_run(seed=104):
     """A 1-epoch fixed run whose evaluations stopped a quarter short."""
     spec = engine.fixed(32, 0.1, [seed], epochs=1)[0]
