@@ -625,13 +625,21 @@ def test_a_resumed_run_is_left_out_of_the_runtimes_and_counted():
                          "whose records time only the last invocation.")
 
 
-def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps(
+def _run_folder(path, images_per_sec):
+    """A finished 3-epoch run's summary.json and history.csv, its epochs'
+    images/s as given."""
+    (path / "summary.json").write_text(json.dumps(
         {"val_accuracy": 0.9, "num_train": 8, "backend": "jax",
          "epochs_run_now": 2}))
-    (tmp_path / "history.csv").write_text(
+    (path / "history.csv").write_text(
         "epoch,images_per_sec,loss,val_accuracy,val_loss\n"
-        "0,10,1.0,0.5,1.1\n1,10,0.9,0.6,1.0\n2,10,0.8,0.9,0.9\n")
+        + "".join(f"{e},{x},{1 - e / 10:g},{a},{1.1 - e / 10:g}\n"
+                  for e, (x, a) in enumerate(zip(images_per_sec,
+                                                 ("0.5", "0.6", "0.9")))))
+
+
+def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
+    _run_folder(tmp_path, ("10", "10", "10"))
     record = runspec.collect({"epochs": 3}, str(tmp_path), 12.34)
     assert (record["epochs_timed"], record["wall_seconds"]) == (2, 12.3)
 
@@ -639,12 +647,7 @@ def test_a_record_says_how_many_epochs_its_wall_time_covers(tmp_path):
 def test_a_run_resumed_at_an_epochs_last_step_is_collected(tmp_path):
     # A run stopped by SIGTERM at an epoch's last step and resumed times
     # nothing in that epoch: history.csv says NA there, the record None.
-    (tmp_path / "summary.json").write_text(json.dumps(
-        {"val_accuracy": 0.9, "num_train": 8, "backend": "tensorflow",
-         "epochs_run_now": 2}))
-    (tmp_path / "history.csv").write_text(
-        "epoch,images_per_sec,loss,val_accuracy,val_loss\n"
-        "0,10,1.0,0.5,1.1\n1,NA,0.9,0.6,1.0\n2,12.5,0.8,0.9,0.9\n")
+    _run_folder(tmp_path, ("10", "NA", "12.5"))
     record = runspec.collect({"epochs": 3}, str(tmp_path), 12.34)
     assert record["images_per_sec_per_epoch"] == [10.0, None, 12.5]
     assert record["val_accuracy_per_epoch"] == [0.5, 0.6, 0.9]
