@@ -4,7 +4,7 @@
     KERAS_BACKEND=tensorflow python -m bench.study run baselines --workers 2
     KERAS_BACKEND=jax python -m bench.study run depth_reduced --budget 3600
     python -m bench.study report
-    python -m bench.study list
+    KERAS_BACKEND=tensorflow python -m bench.study list
     python -m bench.study merge OTHER/lars_depth_study.json
     python -m bench.study recheck depth KEY --epochs 2
 
@@ -28,6 +28,7 @@ import os
 import sys
 
 from bench.core import pool
+from bench.core import provenance
 from bench.core import records
 from bench.core import runspec
 from bench.study import engine
@@ -48,7 +49,9 @@ def main(argv=None):
                    help="run only the specs whose key contains this")
     sub.add_parser("report", help="write bench/results/study.md and the "
                                   "findings table of docs/large-batch-study.md")
-    ls = sub.add_parser("list", help="each plan's runs: done and left")
+    ls = sub.add_parser("list", help=(
+        "each plan's runs of this machine kind and KERAS_BACKEND: done and "
+        "left"))
     ls.add_argument("--results", default=records.RESULTS)
     m = sub.add_parser("merge", help="add another machine's record's runs "
                                      "to the record of the same name here")
@@ -74,6 +77,10 @@ def main(argv=None):
             merge(path, os.path.join(records.RESULTS, os.path.basename(path)))
         return 0
     if args.command == "list":
+        # Runs are this kind's and backend's (`Plan.specs_here`): say whose.
+        print(f"runs here: {provenance.machine()}; KERAS_BACKEND="
+              f"{os.environ.get('KERAS_BACKEND', 'jax')} (set it for "
+              "another backend's runs)")
         for plan in engine.PLANS.values():
             runs = records.load(plan.path(args.results))
             failed = {runspec.run_key(x)

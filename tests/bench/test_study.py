@@ -751,6 +751,20 @@ def test_merge_refuses_a_short_run_and_replaces_one_here(tmp_path, capsys):
     assert records.load(here) == [whole]
 
 
+def test_list_says_whose_runs_it_counts(tmp_path, monkeypatch, capsys):
+    """A plan's runs are one backend's (and machine kind's): `list` names
+    the backend it counted, KERAS_BACKEND's, before the plans."""
+    from bench.study.__main__ import main
+
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    assert main(["list", "--results", str(tmp_path)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("runs here: ") and "(torch " in said[0]
+    assert "KERAS_BACKEND=torch (set it for another backend's runs)" in said[0]
+    assert said[1].split()[:5] == ["scaling", "0", "done", str(len(
+        engine.PLANS["scaling"].specs_here([]))), "left"]
+
+
 def test_the_findings_table_has_a_row_a_claim_and_fits_under_40_lines():
     """The page's table, from the records as the report computes it: every
     row names its kind and n a side; the H200's short LARSMixed run makes
