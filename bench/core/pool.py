@@ -51,8 +51,28 @@ class Stopped(SystemExit):
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+# A signal that comes while a run's process is being started (`_starting`)
+# waits until the runner holds that process, so that it is stopped too.
+_deferred = {"starting": False, "signal": None}
+
+
 def _stopped(signum, frame):
+    if _deferred["starting"]:
+        _deferred["signal"] = signum
+        return
     raise Stopped(128 + signum)
+
+
+def _start_held(spec, work_dir, data_dir, env, busy, clock):
+    """`start`, its process put in `busy` before a signal that came in
+    between takes effect (raised here, after)."""
+    _deferred.update(starting=True, signal=None)
+    try:
+        busy[start(spec, work_dir, data_dir, env)] = (spec, clock)
+    finally:
+        _deferred["starting"] = False
+    if _deferred["signal"] is not None:
+        raise Stopped(128 + _deferred["signal"])
 
 
 def installed(backend):
@@ -190,7 +210,7 @@ def run(specs, record_path, work_dir, workers=2, budget=0.0, data_dir="",
                     log(f"again {runspec.run_key(spec)}: its record is "
                         "short" + (f"; its folder set aside as {aside}"
                                    if aside else ""))
-                busy[start(spec, work_dir, data_dir, env)] = (spec, clock)
+                _start_held(spec, work_dir, data_dir, env, busy, clock)
                 log(f"start {runspec.run_key(spec)}")
             if closed or time.monotonic() >= deadline:
                 waiting, closed = [], True

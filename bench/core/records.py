@@ -9,7 +9,6 @@ import os
 
 import bench
 from bench.core import runspec
-from keras_largebatch._shared import atomic_write
 
 RESULTS = os.path.join(bench.ROOT, "bench", "results")
 
@@ -56,6 +55,10 @@ def add(path, run, **about):
 def save(path, runs, **about):
     """Writes the record atomically (a kill mid-write keeps the last one),
     its other fields kept and `about` added."""
+    # Here, not at the top: importing the package imports Keras and its
+    # backend, seconds a runner (`pool`) need not pay before its first run.
+    from keras_largebatch._shared import atomic_write
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     record = {k: v for k, v in read(path).items() if k != "runs"}
     atomic_write(path, json.dumps(dict(record, **about, runs=runs), indent=1))

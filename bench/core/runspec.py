@@ -31,7 +31,6 @@ import os
 import sys
 
 import bench
-from keras_largebatch.train import layout
 
 # The study's networks on Fashion-MNIST: the command's flags of each.
 _COMMON = dict(dataset="fashion_mnist", weight_decay=5e-4, label_smoothing=0.1,
@@ -169,6 +168,10 @@ def collect(spec, directory, wall_seconds):
         with open(os.path.join(directory, "result.json")) as f:
             return dict(spec, **json.load(f),
                         wall_seconds=round(wall_seconds, 1))
+    # Here, not at the top: importing the package imports Keras and its
+    # backend, seconds a runner (`pool`) need not pay before its first run.
+    from keras_largebatch.train import layout
+
     with open(os.path.join(directory, layout.SUMMARY)) as f:
         summary = json.load(f)
     with open(os.path.join(directory, layout.HISTORY), newline="") as f:

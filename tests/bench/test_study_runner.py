@@ -159,6 +159,32 @@ def test_a_task_running_at_the_end_of_the_budget_is_stopped_for_a_rerun(
     assert records.read(kwargs["record_path"]) == {}
 
 
+def test_a_signal_while_a_run_starts_stops_that_run_too(
+        tasks, monkeypatch):
+    """SIGTERM delivered just after a run's process is created, before the
+    runner holds it: it waits until the runner does, so that run is
+    stopped and said too, not left running."""
+    task, kwargs, log = tasks
+    started = []
+    real = pool.start
+
+    def start(*args, **kw):
+        started.append(real(*args, **kw))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return started[-1]
+
+    monkeypatch.setattr(pool, "start", start)
+    with pytest.raises(pool.Stopped) as stopped:
+        pool.run([task("long", "sleep", seconds=600)], **kwargs)
+    left = started[0].poll() is None
+    started[0].kill()
+    assert stopped.value.code == 143
+    assert not left  # Stopped, and reaped.
+    assert log[-1] == (
+        "stopped x|long: the runner got SIGTERM; run it again to resume")
+    assert records.read(kwargs["record_path"]) == {}
+
+
 # A runner in a process of its own: the test sends it the signal.
 RUNNER = """
 import json, os, sys
@@ -193,10 +219,13 @@ def test_a_runner_stopped_by_a_signal_stops_its_runs_first(sig, tmp_path):
         stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        deadline = time.monotonic() + 60
+        # Generous: on a loaded machine the runner's start alone (Python,
+        # then Keras and its backend with the package) can take a minute.
+        deadline = time.monotonic() + 300
         while not pid_file.exists() or not pid_file.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                proc.communicate())
+            if proc.poll() is not None or time.monotonic() >= deadline:
+                proc.kill()
+                pytest.fail(f"no task started: {proc.communicate()}")
             time.sleep(0.05)
         task = int(pid_file.read_text())
         proc.send_signal(sig)
