@@ -51,8 +51,9 @@ class Stopped(SystemExit):
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-# A signal that comes while a run's process is being started (`_starting`)
-# waits until the runner holds that process, so that it is stopped too.
+# A signal that comes while a run's process is being started (`starting`,
+# `_start_held`) waits until the runner holds that process, so that it is
+# stopped too.
 _deferred = {"starting": False, "signal": None}
 
 
