@@ -219,8 +219,8 @@ def test_a_runner_stopped_by_a_signal_stops_its_runs_first(sig, tmp_path):
         stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        # Generous: on a loaded machine the runner's start alone (Python,
-        # then Keras and its backend with the package) can take a minute.
+        # Generous: on a loaded machine (the study's runs, the other test
+        # worker's jobs) two Python starts can take many seconds.
         deadline = time.monotonic() + 300
         while not pid_file.exists() or not pid_file.read_text():
             if proc.poll() is not None or time.monotonic() >= deadline:
