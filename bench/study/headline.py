@@ -87,6 +87,9 @@ def table_lines(baselines, floors, depth, momentum, verdicts):
     for found in momentum:
         for p in found["pairs"]:
             b = _nesterov(found) if p["b"] == "nesterov" else NAMES[p["b"]]
+            if p["b"] == "grid":
+                b += (f" ({found['grid_at'][1]:g}, warmup "
+                      f"{found['grid_at'][0]:.3g})")
             a = NAMES[p["a"]] + (f" ({found['nesterov_at'][1]:g}, warmup "
                                  f"{found['nesterov_at'][0]:.3g})"
                                  if p["a"] == "nesterov"

@@ -1,9 +1,10 @@
 """Momentum tuned as LARS was (issues 60 and 74, the plan `momentum`): Nesterov
 SGD swept on the choosing seed (a grid of two warmups x five rates, then its
 warmup bracketed: `engine.momentum_chain`), against LARSMixed and LAMBMixed
-at theirs, and against plain momentum at its own warmup and rate; each
-chosen among the runs of one machine kind and measured on seeds 101-105 of
-that kind. Every kind with runs of the sweep is its own comparison, the
+at theirs, against plain momentum at its own warmup and rate, and, once
+its warmup is bracketed at a point other than the grid's best, against
+itself at the grid's best (what the bracket bought); each chosen among the
+runs of one machine kind and measured on seeds 101-105 of that kind. Every kind with runs of the sweep is its own comparison, the
 decisive kind (`plans.MOMENTUM_KIND`) first. An arm short of its plan's
 seeds (one left out as incomplete: `selection.left_out`) is interim."""
 
@@ -19,9 +20,13 @@ from bench.study.selection import interim
 from bench.study.selection import shortfall
 
 NAMES = {"nesterov": "Nesterov SGD", "plain": "plain momentum SGD",
+         "grid": "its grid's best",
          "lars_mixed": "LARSMixed", "lamb_mixed": "LAMBMixed"}
 PAIRS = (("lars_mixed", "nesterov"), ("lamb_mixed", "nesterov"),
          ("nesterov", "plain"))
+# Once the warmup is bracketed away from the grid's best: the bracketed best
+# against the grid's best (issue 60's arm), on the same measuring seeds.
+GRID_PAIR = ("nesterov", "grid")
 
 
 def _sweep(runs):
@@ -71,12 +76,14 @@ def momentum_findings(runs, kind=None):
     (`engine.momentum_chain`), best (the chain's best so far), bracketed
     (its warmup and rate bracketed), nesterov_at ((warmup, rate) the
     Nesterov arm is measured at: the bracketed best, else the grid's best,
-    issue 60's arm), rates {optimizer: (best, beyond)}, arms {name: n,
-    seeds}, pairs [{claim, a, b, n, status, interim, result}]}: each
-    layer-wise optimizer at its best rate on machine kind `kind` (default:
-    `momentum_machine`; `engine.layerwise_best`) against Nesterov SGD there,
-    and Nesterov SGD against plain momentum at the bracketed best, on
-    `plans.MOMENTUM_MEASURE` of that kind; an arm short of those seeds
+    issue 60's arm), grid_at (the grid's best where the bracketed best is
+    another point, else None), rates {optimizer: (best, beyond)}, arms
+    {name: n, seeds}, pairs [{claim, a, b, n, status, interim, result}]}:
+    each layer-wise optimizer at its best rate on machine kind `kind`
+    (default: `momentum_machine`; `engine.layerwise_best`) against Nesterov
+    SGD there, Nesterov SGD against plain momentum at the bracketed best,
+    and with `grid_at` the bracketed best against the grid's best
+    (`GRID_PAIR`), on `plans.MOMENTUM_MEASURE` of that kind; an arm short of those seeds
     gives interim verdicts (`selection.interim`), counted nowhere."""
     kind = kind or momentum_machine(runs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
@@ -84,6 +91,8 @@ def momentum_findings(runs, kind=None):
              else engine.Chain(None, None, [], []))
     bracketed = chain.best is not None and not chain.next
     at = chain.best if bracketed else chain.grid_best
+    grid_at = (chain.grid_best if bracketed
+               and chain.grid_best not in (None, chain.best) else None)
     rates = {o: engine.layerwise_best(here, o, kind) if kind else (None, None)
              for o in plans.LAYERWISE}
     common = dict(workload=DEPTH_WORKLOAD, batch=plans.MOMENTUM_BATCH,
@@ -93,7 +102,8 @@ def momentum_findings(runs, kind=None):
                    **common) for o, (rate, _) in rates.items()}
     for name, point, prefix in (("nesterov", at, "nesterov"),
                                 ("plain", chain.best if bracketed else None,
-                                 "momentum")):
+                                 "momentum"),
+                                ("grid", grid_at, "nesterov")):
         arms[name] = arm(
             here, NAMES[name], DEPTH_TARGETS, optimizer="sgd",
             rate=point[1] if point else -1,
@@ -102,7 +112,7 @@ def momentum_findings(runs, kind=None):
                 in engine.momentum_grid() for r in _sweep(here))
     planned = len(plans.MOMENTUM_MEASURE)
     pairs = []
-    for a, b in PAIRS:
+    for a, b in PAIRS + ((GRID_PAIR,) if grid_at else ()):
         n = (len(arms[a].seeds), len(arms[b].seeds))
         status = shortfall(*n)
         if a in plans.LAYERWISE:
@@ -130,6 +140,7 @@ def momentum_findings(runs, kind=None):
             result=interim(result) if short else result))
     return dict(machine=kind, swept=swept, chain=chain._asdict(),
                 best=chain.best, bracketed=bracketed, nesterov_at=at,
+                grid_at=grid_at,
                 rates=rates, arms={k: dict(n=len(v.seeds), seeds=list(v.seeds))
                                    for k, v in arms.items()}, pairs=pairs)
 
@@ -179,6 +190,12 @@ def momentum_lines(found):
             how = (f"both at {found['nesterov_at'][1]:g}, warmup "
                    f"{found['nesterov_at'][0]:.3g} epochs, Nesterov's "
                    f"bracketed best on seed {plans.DEPTH_CHOOSE[0]}")
+        elif f["b"] == "grid":
+            grid = found["grid_at"]
+            how = (f"{found['nesterov_at'][1]:g} at warmup "
+                   f"{found['nesterov_at'][0]:.3g} epochs, the bracketed "
+                   f"best, against {grid[1]:g} at warmup {grid[0]:.3g}, the "
+                   f"grid's best, both on seed {plans.DEPTH_CHOOSE[0]}")
         else:
             how = (f"{NAMES[f['a']]} at {found['rates'][f['a']][0]:g}, its "
                    f"best on seed {plans.DEPTH_CHOOSE[0]} on that kind; "

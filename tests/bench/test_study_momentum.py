@@ -599,3 +599,47 @@ def test_an_updates_verdict_at_five_seeds_survives_holm_only_with_its_rank_test(
                      {0.90: tuple(range(s, s + 10))})
            for name, s in (("a", 100), ("b", 200))]
     assert "rank_p" not in stats.compare(*ten, (0.90,))["targets"][0.90]
+
+
+def test_a_bracket_away_from_the_grid_compares_the_two_warmups(monkeypatch):
+    """Issue 74: the warmup bracketed at 5.8 where the grid's best was 2.9
+    (both at 0.4): the report compares the two Nesterov points on the
+    measuring seeds (what the bracket bought), with the rank test beside
+    the updates; a bracket that stays at the grid's best adds no pair."""
+    monkeypatch.setattr(provenance, "machine", lambda backend=None: STAMP[CPU_TF])
+    from bench.study import headline
+
+    runs = (_sweep(CPU_TF, (2.9, 0.4), reach=130)
+            + _row(CPU_TF, 5.8, (0.2, 0.4, 0.8), {0.4: 110, 0.8: 120})
+            + _row(CPU_TF, 9.0, (0.2, 0.4, 0.8), {0.4: 150}))
+    found = momentum.momentum_findings(runs, CPU_TF)
+    assert found["bracketed"] and found["grid_at"] == (2.9, 0.4)
+    *_, grid = found["pairs"]
+    assert (grid["a"], grid["b"], grid["n"]) == ("nesterov", "grid", (0, 0))
+    assert grid["status"] == "not run yet (n = 0)"
+    # The bracketed best reaches 0.90 on every measuring seed (after 201-205
+    # updates), the grid's best on none; its finals 0.02 lower.
+    runs += _measured(CPU_TF, "sgd", 0.4, [0.91, 0.912, 0.914, 0.916, 0.918],
+                      "nesterov_w5.8", 5.8)
+    runs += _measured(CPU_TF, "sgd", 0.4, [0.89, 0.892, 0.894, 0.896, 0.898],
+                      "nesterov_w2.9", 2.9)
+    found = momentum.momentum_findings(runs, CPU_TF)
+    *_, grid = found["pairs"]
+    assert grid["n"] == (5, 5) and not grid["status"] and not grid["interim"]
+    acc, x = grid["result"]["accuracy"], grid["result"]["targets"][0.90]
+    assert abs(acc["diff"] - 0.02) < 1e-9 and acc["verdict"] == "ahead"
+    assert x["verdict"] == "ahead" and abs(x["rank_p"] - 2 / 252) < 1e-12
+    line = momentum.momentum_lines(found)[-1]
+    assert ("0.4 at warmup 5.8 epochs, the bracketed best, against 0.4 at "
+            "warmup 2.9, the grid's best" in line)
+    rows = headline.table_lines([], [], {"pairs": []}, [found], 1)
+    assert sum("vs its grid's best (0.4, warmup 2.9)" in r for r in rows) == 2
+    # The audit counts its verdicts as the others' (accuracy and each target).
+    assert len(audit.verdicts([], [grid], [])) == 1 + len(
+        grid["result"]["targets"])
+    # Bracketed at the grid's best: no second Nesterov arm to compare.
+    stayed = (_sweep(CPU_TF, (2.9, 0.4), reach=100)
+              + _row(CPU_TF, 5.8, (0.2, 0.4, 0.8), {0.4: 140}))
+    found = momentum.momentum_findings(stayed, CPU_TF)
+    assert found["bracketed"] and found["grid_at"] is None
+    assert [p["b"] for p in found["pairs"]] == ["nesterov", "nesterov", "plain"]
