@@ -4,8 +4,9 @@ warmup bracketed: `engine.momentum_chain`), against LARSMixed and LAMBMixed
 at theirs, against plain momentum at its own warmup and rate, and, once
 its warmup is bracketed at a point other than the grid's best, against
 itself at the grid's best (what the bracket bought); each chosen among the
-runs of one machine kind and measured on seeds 101-105 of that kind. Every kind with runs of the sweep is its own comparison, the
-decisive kind (`plans.MOMENTUM_KIND`) first. An arm short of its plan's
+runs of one machine kind and measured on seeds 101-105 of that kind. Every
+kind with runs of the sweep is its own comparison, the decisive kind
+(`plans.MOMENTUM_KIND`) first. An arm short of its plan's
 seeds (one left out as incomplete: `selection.left_out`) is interim."""
 
 from bench.study import engine
@@ -83,8 +84,9 @@ def momentum_findings(runs, kind=None):
     (default: `momentum_machine`; `engine.layerwise_best`) against Nesterov
     SGD there, Nesterov SGD against plain momentum at the bracketed best,
     and with `grid_at` the bracketed best against the grid's best
-    (`GRID_PAIR`), on `plans.MOMENTUM_MEASURE` of that kind; an arm short of those seeds
-    gives interim verdicts (`selection.interim`), counted nowhere."""
+    (`GRID_PAIR`), on `plans.MOMENTUM_MEASURE` of that kind; an arm short
+    of those seeds gives interim verdicts (`selection.interim`), counted
+    nowhere."""
     kind = kind or momentum_machine(runs)
     here = [r for r in runs if r["kind_of_machine"] == kind]
     chain = (engine.momentum_chain(here, kind) if kind
